@@ -1,0 +1,107 @@
+"""``rlvr-div``: one entry point whose subcommands are found through the ``rlvr_div.commands`` entry-point group.
+
+Each subcommand is ``main(argv: list[str] | None) -> int``. A :class:`ConfigError` anywhere before training prints
+``error: <message>`` on one line and exits with code 2. The entry-point indirection lets the separate ``eval``
+package add ``rlvr-div eval`` without ``rlvr_div`` importing it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from rlvr_div.errors import ConfigError
+
+COMMAND_GROUP = "rlvr_div.commands"
+_HELP = {
+    "train": "train with a recipe (TRL GRPO or a divergence trainer)",
+    "list": "list registered tasks, rewards, divergences and trainers",
+    "eval": "pass@k evaluation of one or more models",
+    "rehearse": "DPH-RL offline stage: build the rehearsal set",
+    "calibrate": "beta <-> validity calibration of the KL-regularised optimum",
+    "toy": "exact toy lab of the tilted model and its projections",
+    "demo": "the whole story on the tiny model",
+    "build-tiny": "build (or locate) the built-in tiny base model",
+}
+
+
+def _commands() -> dict[str, Callable[[list[str] | None], int]]:
+    return {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}  # type: ignore[misc]
+
+
+def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -> int:
+    """Run a subcommand, turning :class:`ConfigError` into one line on stderr and exit code 2."""
+    try:
+        return int(fn(argv) or 0)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _usage(cmds: dict) -> str:
+    lines = ["usage: rlvr-div COMMAND [ARGS ...]", "", "commands:"]
+    lines += [f"  {name:<11} {_HELP.get(name, '')}" for name in sorted(cmds)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmds = _commands()
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage(cmds))
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in cmds:
+        print(f"error: unknown command {name!r}; known: {', '.join(sorted(cmds))}", file=sys.stderr)
+        return 2
+    try:
+        fn = cmds[name].load()
+    except (ModuleNotFoundError, AttributeError) as e:
+        print(f"error: command {name!r} is not available in this installation ({e})", file=sys.stderr)
+        return 2
+    return run_command(fn, rest)
+
+
+def list_main(argv: list[str] | None = None) -> int:
+    """Print registered tasks, rewards, divergences and trainers."""
+    import argparse
+    import importlib
+
+    from rlvr_div.rewards import list_rewards
+    from rlvr_div.tasks import list_tasks
+
+    argparse.ArgumentParser(prog="rlvr-div list", description=list_main.__doc__).parse_args(argv)
+    print("tasks:")
+    for spec in list_tasks():
+        print(f"  {spec.name:<14} reward={spec.reward:<14} {spec.description}")
+    print("rewards:")
+    for name in list_rewards():
+        print(f"  {name}")
+    for title, module, attr in (
+        ("divergences", "rlvr_div.divergences", "DIVERGENCES"),
+        ("trainers", "rlvr_div.trainers", "TRAINERS"),
+    ):
+        try:
+            names = getattr(importlib.import_module(module), attr).names()
+        except (ModuleNotFoundError, AttributeError):
+            continue
+        print(f"{title}:")
+        for name in names:
+            print(f"  {name}")
+    return 0
+
+
+def build_tiny_main(argv: list[str] | None = None) -> int:
+    """Build the built-in tiny base model (if not cached) and print its directory."""
+    import argparse
+
+    from rlvr_div.models import tiny_model_path
+
+    argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__).parse_args(argv)
+    print(tiny_model_path())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

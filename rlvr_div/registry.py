@@ -1,0 +1,47 @@
+"""A small name -> object registry shared by tasks, rewards, divergences and trainers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from rlvr_div.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to objects; unknown names raise a one-line :class:`ConfigError` listing the known ones."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def add(self, name: str, item: T) -> T:
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self._items[name] = item
+        return item
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator form of :meth:`add`."""
+
+        def deco(item: T) -> T:
+            return self.add(name, item)
+
+        return deco
+
+    def get(self, name: str) -> T:
+        if name not in self._items:
+            known = ", ".join(sorted(self._items)) or "none"
+            raise ConfigError(f"unknown {self.kind} {name!r}; known: {known}")
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())

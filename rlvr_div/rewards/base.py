@@ -1,0 +1,56 @@
+"""The reward interface shared by training (as a TRL reward function) and evaluation (batch API).
+
+A reward turns (completion, dataset row) into a score in [0, 1] or ``None`` (cannot be judged, e.g. an unparsable
+gold answer; TRL skips it, evaluation counts it apart). A completion is *valid* when its score is 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def completion_text(completion: Any) -> str:
+    """The text of one completion: a string (plain prompts) or a list of chat messages (chat prompts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in completion)
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return str(completion)
+
+
+class Reward:
+    """Base class: subclasses set ``name`` and ``columns`` and implement :meth:`score` and :meth:`extract`.
+
+    ``columns`` names the dataset columns the verifier reads; both APIs receive them as keyword lists aligned
+    with ``completions``.
+    """
+
+    name: str = "reward"
+    columns: tuple[str, ...] = ()
+
+    @property
+    def __name__(self) -> str:  # TRL logs a reward function under its __name__
+        return self.name
+
+    def settings(self) -> dict[str, Any]:
+        """The settings this reward was built with (written into evaluation results)."""
+        return {}
+
+    def extract(self, completion: str) -> str | None:
+        """The final answer the verifier reads from ``completion`` (for majority vote and diversity), or None."""
+        return completion.strip() or None
+
+    def score(self, completions: Sequence[str], **columns: Sequence[Any]) -> list[float | None]:
+        """Batch API: one score per completion; ``columns[c][i]`` is column ``c`` of completion i's row."""
+        raise NotImplementedError
+
+    def __call__(self, prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
+        """TRL reward-function API: ``completions`` plus every dataset column as keyword lists."""
+        texts = [completion_text(c) for c in completions]
+        missing = [c for c in self.columns if c not in kwargs]
+        if missing:
+            raise KeyError(f"reward {self.name!r} needs dataset column(s) {missing}")
+        return self.score(texts, **{c: kwargs[c] for c in self.columns})

@@ -1,0 +1,67 @@
+"""Dataset builders by name: ``get_task(name, split=..., seed=..., **options) -> datasets.Dataset``.
+
+Every dataset has a ``prompt`` column (text or chat messages) and the columns its verifier reads.
+Modules register a :class:`TaskSpec` with ``TASKS.add(name, spec)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import datasets
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.registry import Registry
+from rlvr_div.tasks.base import TaskSpec
+
+TASKS: Registry[TaskSpec] = Registry("task")
+
+_TASK_MODULES = ("rlvr_div.tasks.synthetic", "rlvr_div.tasks.math", "rlvr_div.tasks.sql")
+_loaded = False
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _TASK_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+def get_task_spec(name: str) -> TaskSpec:
+    _load_all()
+    return TASKS.get(name)
+
+
+def check_task(name: str, **options: Any) -> TaskSpec:
+    """Validate the task name and options (e.g. data paths) without building the dataset."""
+    spec = get_task_spec(name)
+    if spec.check is not None:
+        try:
+            spec.check(**options)
+        except TypeError as e:
+            raise ConfigError(f"bad options for task {name!r}: {e}") from None
+    return spec
+
+
+def get_task(name: str, split: str = "train", seed: int = 0, **options: Any) -> datasets.Dataset:
+    """Build task ``name``'s ``split`` deterministically from ``seed``."""
+    spec = check_task(name, **options)
+    try:
+        return spec.build(split=split, seed=seed, **options)
+    except TypeError as e:
+        raise ConfigError(f"bad options for task {name!r}: {e}") from None
+
+
+def list_tasks() -> list[TaskSpec]:
+    _load_all()
+    return [TASKS.get(n) for n in TASKS.names()]
+
+
+__all__ = ["TASKS", "TaskSpec", "check_task", "get_task", "get_task_spec", "list_tasks"]
