@@ -1,7 +1,7 @@
 """Built-in synthetic tasks, deterministic from a seed, small enough for the tiny base model.
 
-- ``arith``: ``"a+b="`` or ``"a-b="`` with 0 <= a, b <= 99 (a >= b for subtraction); one valid answer.
-- ``pairsum``: ``"sum n:"`` with 10 <= n <= 209; any ``"a+b"`` with a, b >= 0 and a + b = n is valid, so a prompt
+- ``arith``: ``"a+b="`` or ``"a-b="`` with 0 <= a, b <= 29 (a >= b for subtraction); one valid answer.
+- ``pairsum``: ``"sum n:"`` with 2 <= n <= 61; any ``"a+b"`` with a, b >= 0 and a + b = n is valid, so a prompt
   has n + 1 valid outputs.
 
 Each task also has a pretraining sampler (:func:`corpus_sampler`) that the tiny base model is trained on. It writes
@@ -21,14 +21,14 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.tasks import TASKS
 from rlvr_div.tasks.base import TaskSpec
 
-ARITH_MAX = 99
-PAIRSUM_MIN, PAIRSUM_MAX = 10, 209
+ARITH_MAX = 29
+PAIRSUM_MIN, PAIRSUM_MAX = 2, 61
 MAX_ERROR = 0.95
-TEST_SIZE = 2000
+TEST_SIZE = 300
 
 
 def arith_error_rate(a: int, b: int) -> float:
-    """The pretraining corpus's error rate for ``a ± b``: 0 for a = 0, ``MAX_ERROR`` for a = 99."""
+    """The pretraining corpus's error rate for ``a ± b``: 0 for a = 0, ``MAX_ERROR`` for a = 29."""
     return MAX_ERROR * (a / ARITH_MAX) ** 2
 
 
@@ -111,7 +111,7 @@ def build_arith(split: str = "train", seed: int = 0, size: int | None = None) ->
 
 
 def build_pairsum(split: str = "train", seed: int = 0, size: int | None = None) -> datasets.Dataset:
-    """All 200 targets, shuffled by ``seed``; ``train`` and ``test`` hold the same prompts (the task is about the
+    """All 60 targets, shuffled by ``seed``; ``train`` and ``test`` hold the same prompts (the task is about the
     distribution over the many valid answers, not generalisation to new prompts)."""
     if split not in ("train", "test"):
         raise ConfigError(f"task 'pairsum' has splits train and test, not {split!r}")

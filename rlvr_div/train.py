@@ -1,0 +1,241 @@
+"""``rlvr-div train --config recipe.yaml [--key value ...]`` and ``accelerate launch -m rlvr_div.train --config ...``.
+
+Reads top to bottom: parse the recipe the TRL way (``TrlParser``: YAML, CLI overrides, ``env:`` block) into
+(ScriptArguments, the trainer's config class, ``trl.ModelConfig``); validate names, paths and batch shapes before
+any model loads; build the task dataset and reward functions by name; run the trainer (resuming from the last
+checkpoint on ``--resume_from_checkpoint true``); save the model or adapter, the resolved recipe, and
+``metrics.jsonl`` (one line per logging step).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr_div.errors import ConfigError
+
+logger = logging.getLogger("rlvr_div.train")
+
+
+@dataclass
+class ScriptArguments:
+    """Recipe keys that are neither trainer nor model settings."""
+
+    trainer: str = field(default="grpo", metadata={"help": "Trainer name (`rlvr-div list` shows them)."})
+    task: str = field(default="arith", metadata={"help": "Task name (`rlvr-div list` shows them)."})
+    task_split: str = field(default="train", metadata={"help": "Split of the task used for training."})
+    task_size: int | None = field(default=None, metadata={"help": "Use only the first N prompts of the split."})
+    task_seed: int = field(default=0, metadata={"help": "Seed of the task builder (synthetic tasks, shuffling)."})
+    data_path: str | None = field(
+        default=None, metadata={"help": "Data location for tasks that read files (jsonl path, spider directory)."}
+    )
+    rewards: list[str] | None = field(
+        default=None, metadata={"help": "Reward names; default: the task's own reward. Weights: `reward_weights`."}
+    )
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path."})
+
+
+def _read_recipe(argv: list[str]) -> dict[str, Any]:
+    """The YAML mapping named by ``--config`` (empty without one)."""
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise ConfigError("--config needs a path to a recipe YAML file")
+        path = Path(argv[i + 1])
+        if not path.is_file():
+            raise ConfigError(f"recipe file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"recipe {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"recipe {str(path)!r} must be a YAML mapping of keys to values")
+        return data
+    return {}
+
+
+def _trainer_name(argv: list[str], recipe: dict[str, Any]) -> str:
+    """The trainer named on the command line or in the recipe (it decides the config class)."""
+    for i, a in enumerate(argv):
+        if a == "--trainer" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--trainer="):
+            return a.split("=", 1)[1]
+    return str(recipe.get("trainer", "grpo"))
+
+
+class _OneLineParserError(Exception):
+    pass
+
+
+def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, Any]:
+    """Parse ``--config recipe.yaml`` plus CLI overrides into (script, training, model) arguments.
+
+    Every problem raises :class:`ConfigError` with one line: unknown keys (YAML or CLI), bad values, a batch that
+    does not hold whole groups of ``num_generations``.
+    """
+    from trl import ModelConfig, TrlParser
+
+    from rlvr_div.trainers import TRAINERS
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = _read_recipe(argv)
+    spec = TRAINERS.get(_trainer_name(argv, recipe))
+    classes = (ScriptArguments, spec.config_class(), ModelConfig)
+    known = {f.name for cls in classes for f in fields(cls)} | {"env"}
+    for key in recipe:
+        if key not in known:
+            raise ConfigError(f"unknown recipe key {key!r}; `rlvr-div train --help` lists the keys")
+    parser = TrlParser(classes)
+
+    def error(message: str) -> None:  # argparse would print the whole usage; we want one line
+        raise _OneLineParserError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            script, training, model, from_yaml, from_cli = parser.parse_args_and_config(
+                argv, return_remaining_strings=True, separate_remaining_strings=True
+            )
+    except _OneLineParserError as e:
+        raise ConfigError(str(e)) from None
+    except ValueError as e:
+        raise ConfigError(str(e).strip().splitlines()[0]) from None
+    unknown = [s for s in list(from_yaml) + list(from_cli) if s.startswith("--")]
+    if unknown:
+        where = "recipe" if from_yaml else "command line"
+        raise ConfigError(f"unknown {where} key {unknown[0].lstrip('-')!r}; `rlvr-div train --help` lists the keys")
+    if from_cli:
+        raise ConfigError(f"unexpected command-line value {from_cli[0]!r}")
+    return script, training, model
+
+
+def validate(script: ScriptArguments, training: Any, model: Any) -> None:
+    """Cheap checks that must fail before any model loads."""
+    from rlvr_div.models import resolve_model
+    from rlvr_div.rewards import REWARDS, _load_all
+    from rlvr_div.tasks import check_task
+
+    options = {"path": script.data_path} if script.data_path else {}
+    spec = check_task(script.task, **options)
+    _load_all()
+    for name in script.rewards or [spec.reward]:
+        REWARDS.get(name)
+    if training.reward_weights is not None and len(training.reward_weights) != len(script.rewards or [spec.reward]):
+        raise ConfigError(
+            f"reward_weights has {len(training.reward_weights)} values for {len(script.rewards or [spec.reward])} rewards"
+        )
+    per_step = training.per_device_train_batch_size * max(1, training.world_size)
+    if per_step % training.num_generations and training.generation_batch_size % training.num_generations:
+        raise ConfigError(
+            f"per_device_train_batch_size × processes ({per_step}) must be a multiple of num_generations "
+            f"({training.num_generations})"
+        )
+    resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
+    check = getattr(training, "check", None)
+    if callable(check):
+        check()
+
+
+class MetricsFile:
+    """A ``TrainerCallback`` that appends every log dict to ``<output_dir>/metrics.jsonl`` (main process only)."""
+
+    def __new__(cls, path: str | os.PathLike) -> Any:
+        from transformers import TrainerCallback
+
+        class _Metrics(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+                if state.is_world_process_zero and logs:
+                    with open(path, "a") as f:
+                        f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+        return _Metrics()
+
+
+def write_resolved_recipe(out_dir: str, script: ScriptArguments, training: Any, model: Any) -> None:
+    """The recipe as resolved (every key, defaults included) in ``<output_dir>/recipe.yaml``."""
+    os.makedirs(out_dir, exist_ok=True)
+    resolved = {"script": asdict(script), "training": training.to_dict(), "model": asdict(model)}
+    with open(Path(out_dir) / "recipe.yaml", "w") as f:
+        yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), f, sort_keys=False)
+
+
+def _resume_arg(value: str | None, out_dir: str) -> str | bool | None:
+    """``true``/``last`` → the last checkpoint in ``out_dir`` if one exists (else a fresh start); a path → itself."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if value is None or str(value).lower() in ("", "false", "no", "none"):
+        return None
+    if str(value).lower() in ("true", "yes", "last"):
+        last = get_last_checkpoint(out_dir) if os.path.isdir(out_dir) else None
+        if last is None:
+            logger.warning("no checkpoint in %s: starting from scratch", out_dir)
+        return last
+    if not os.path.isdir(value):
+        raise ConfigError(f"resume_from_checkpoint {value!r} is not a directory")
+    return value
+
+
+def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
+    """Dataset, tokenizer, rewards and the trainer (the model is loaded here, by TRL, from its path)."""
+    from trl import get_peft_config
+
+    from rlvr_div.models import load_tokenizer, resolve_model
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.tasks import get_task, get_task_spec
+    from rlvr_div.trainers import TRAINERS
+
+    options = {"path": script.data_path} if script.data_path else {}
+    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **options)
+    if script.task_size is not None:
+        dataset = dataset.select(range(min(script.task_size, len(dataset))))
+    reward_funcs = [get_reward(n) for n in (script.rewards or [get_task_spec(script.task).reward])]
+    model_path = resolve_model(model.model_name_or_path, script.gguf_file)
+    init_kwargs = dict(training.model_init_kwargs or {})
+    if model.dtype not in (None, "auto"):
+        init_kwargs.setdefault("dtype", model.dtype)
+    if script.gguf_file:
+        init_kwargs["gguf_file"] = script.gguf_file
+    training.model_init_kwargs = init_kwargs or None
+    trainer_cls = TRAINERS.get(script.trainer).trainer_class()
+    return trainer_cls(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=training,
+        train_dataset=dataset,
+        processing_class=load_tokenizer(model_path, script.gguf_file),
+        peft_config=get_peft_config(model),
+        callbacks=[MetricsFile(Path(training.output_dir) / "metrics.jsonl")],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    script, training, model = parse_recipe(argv)
+    validate(script, training, model)
+    resume = _resume_arg(training.resume_from_checkpoint, training.output_dir)
+    training.resume_from_checkpoint = None
+    trainer = build_trainer(script, training, model)
+    if trainer.accelerator.is_main_process:
+        write_resolved_recipe(training.output_dir, script, training, model)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(training.output_dir)
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(training.output_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    from rlvr_div.cli import run_command
+
+    sys.exit(run_command(main, sys.argv[1:]))
