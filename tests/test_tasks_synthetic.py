@@ -40,7 +40,7 @@ def test_arith_verifier():
 def test_pairsum_has_many_valid_answers():
     r = get_reward("pair_sum")
     ds = get_task("pairsum", split="test")
-    assert len(ds) == 200 and get_task_spec("pairsum").reward == "pair_sum"
+    assert len(ds) == 60 and get_task_spec("pairsum").reward == "pair_sum"
     n = 15
     valid = [f"{a}+{n - a}" for a in range(n + 1)]
     assert r.score(valid, target=[n] * len(valid)) == [1.0] * (n + 1)

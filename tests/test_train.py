@@ -99,3 +99,13 @@ def test_killed_run_resumes_to_max_steps(tmp_path, tiny_path):
     assert state["global_step"] == 12
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 12 and 12 in steps
+
+
+def test_two_process_cpu_launch(tmp_path, tiny_path):
+    out = tmp_path / "ddp"
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
+    cmd = launcher + _train_cmd(out, "--max_steps", "3")[1:]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
+    assert steps == [1, 2, 3]
