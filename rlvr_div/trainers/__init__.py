@@ -32,3 +32,12 @@ class TrainerSpec:
 
 TRAINERS: Registry[TrainerSpec] = Registry("trainer")
 TRAINERS.add("grpo", TrainerSpec("grpo", "trl:GRPOConfig", "trl:GRPOTrainer", "TRL's stock GRPOTrainer"))
+TRAINERS.add(
+    "divergence",
+    TrainerSpec(
+        "divergence",
+        "rlvr_div.trainers.grpo:DivergenceGRPOConfig",
+        "rlvr_div.trainers.grpo:DivergenceGRPOTrainer",
+        "GRPO with a chosen divergence to the reference (reverse/forward KL, JS, α) and diversity metrics",
+    ),
+)

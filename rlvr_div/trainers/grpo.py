@@ -1,0 +1,255 @@
+"""GRPO where the divergence that keeps the policy near its reference is a choice.
+
+``DivergenceGRPOTrainer`` subclasses ``trl.GRPOTrainer`` with the smallest override that works: TRL computes the
+policy loss with its own KL switched off, and this class adds
+
+    L = L_GRPO + divergence_coef · agg_t( d_t )
+
+where d_t is the per-token estimate of the chosen divergence on the policy's own samples
+(``rlvr_div.divergences.token_divergence(..., source="policy")``) and ``agg`` is the same normaliser TRL uses for
+the policy loss of the configured ``loss_type``. The reference log-probs are TRL's (a separate reference model,
+or the adapter-disabled base under LoRA: no second model in memory).
+
+``divergence_gradient``:
+- ``"ratio"`` (default, TRL's ``use_bias_correction_kl``): d_t is multiplied by the importance ratio
+  π_θ/π_old (= 1 in value on fresh samples), which makes the autograd gradient that of the divergence itself;
+- ``"plain"``: d_t is differentiated as is. For ``reverse_kl`` this is GRPO's k3 differentiated on policy samples,
+  whose expected gradient is the per-token *forward*-KL gradient −E_ref[∇ log π].
+
+With ``divergence: reverse_kl``, ``divergence_gradient: ratio`` and the coefficient equal to TRL's ``beta``, the loss
+equals stock GRPO's (tested to 1e-6).
+
+DPH-RL (Li et al., ICLR 2026) is the same trainer with ``rehearsal_path`` set to the output of ``rlvr-div rehearse``:
+GRPO runs on D_exp (set ``divergence: none``, no reference model at all) and every micro-step adds
+
+    η · mean_t f(u_t),   u_t = π_θ(y_t|·) / π_ref(y_t|·)
+
+over a shard of the stored rehearsal samples (correct samples of the near-perfect prompts D_pef, drawn once from
+the initial policy, with their per-token reference log-probs), with f the generator of ``rehearsal_divergence``
+evaluated on reference samples (``source="reference"``): for forward KL, f(u) = u − log u − 1, whose expected
+gradient equals that of the NLL of the stored samples. The global rehearsal batch (``rehearsal_batch_size``) is
+split over processes and gradient-accumulation micro-steps.
+
+Every step also logs, from rewards gathered over all processes (a prompt's group can span ranks):
+``diversity/pass_at_group`` (fraction of groups with at least one valid completion), ``diversity/distinct_valid``
+(distinct valid completion texts per group), ``diversity/valid_rate``, and ``divergence/<name>`` (the mean
+per-token estimate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOConfig, GRPOTrainer
+
+from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
+from rlvr_div.errors import ConfigError
+from rlvr_div.rewards.base import completion_text
+
+GRADIENT_FORMS = ("ratio", "plain")
+
+
+@dataclass
+class DivergenceGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the divergence settings. ``beta`` is set from ``divergence_coef``; leave it alone."""
+
+    divergence: str = field(
+        default="none",
+        metadata={"help": "Divergence to the reference: none, reverse_kl (GRPO's k3), forward_kl, js, alpha, ..."},
+    )
+    divergence_coef: float = field(default=0.0, metadata={"help": "Coefficient of the divergence term (>= 0)."})
+    dph_alpha: float = field(
+        default=0.5,
+        metadata={"help": "α of the `alpha` divergence, DPH-RL's convention (α→1 forward KL, α→0 reverse KL)."},
+    )
+    divergence_gradient: str = field(
+        default="ratio",
+        metadata={
+            "help": "'ratio': weight by π/π_old so autograd gives the divergence's gradient; 'plain': no weight."
+        },
+    )
+    rehearsal_path: str | None = field(
+        default=None,
+        metadata={"help": "DPH-RL: directory written by `rlvr-div rehearse` (enables the rehearsal term)."},
+    )
+    rehearsal_divergence: str = field(
+        default="forward_kl", metadata={"help": "DPH-RL: divergence of the rehearsal term (forward_kl, js, alpha)."}
+    )
+    rehearsal_coef: float = field(default=0.02, metadata={"help": "DPH-RL: η, the coefficient of the rehearsal term."})
+    rehearsal_batch_size: int = field(
+        default=32, metadata={"help": "DPH-RL: rehearsal samples per optimizer step, over all processes."}
+    )
+    validity_reward_index: int = field(
+        default=0, metadata={"help": "Which reward function decides validity (score == 1) for diversity metrics."}
+    )
+
+    def __post_init__(self) -> None:
+        self.check_divergence()
+        if self.divergence != "none":
+            if self.beta not in (0.0, self.divergence_coef):
+                raise ConfigError(
+                    f"beta={self.beta} is set with divergence={self.divergence!r}; set divergence_coef instead of beta"
+                )
+            self.beta = self.divergence_coef  # makes TRL compute reference log-probs
+        elif self.beta != 0.0:
+            raise ConfigError(f"beta={self.beta} with divergence 'none'; use divergence: reverse_kl for GRPO's KL")
+        super().__post_init__()
+
+    def divergence_params(self, name: str | None = None) -> dict[str, Any]:
+        return {"dph_alpha": self.dph_alpha} if (name or self.divergence) == "alpha" else {}
+
+    def check_divergence(self) -> None:
+        """One-line errors for an unknown divergence, a bad α, a negative coefficient or gradient form."""
+        if self.divergence != "none":
+            DIVERGENCES.get(self.divergence)
+            check_divergence_params(self.divergence, **self.divergence_params())
+        if self.divergence_coef < 0:
+            raise ConfigError(f"divergence_coef must be >= 0, got {self.divergence_coef}")
+        if self.divergence_gradient not in GRADIENT_FORMS:
+            raise ConfigError(f"divergence_gradient must be one of {GRADIENT_FORMS}, got {self.divergence_gradient!r}")
+        if self.rehearsal_path is not None:
+            DIVERGENCES.get(self.rehearsal_divergence)
+            check_divergence_params(self.rehearsal_divergence, **self.divergence_params(self.rehearsal_divergence))
+            if self.rehearsal_coef < 0:
+                raise ConfigError(f"rehearsal_coef must be >= 0, got {self.rehearsal_coef}")
+            if self.rehearsal_batch_size < 1:
+                raise ConfigError(f"rehearsal_batch_size must be >= 1, got {self.rehearsal_batch_size}")
+
+
+class DivergenceGRPOTrainer(GRPOTrainer):
+    """GRPO with a chosen divergence term and in-training diversity metrics (see the module docstring)."""
+
+    _tag_names = ["trl", "grpo", "rlvr-div"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._capture_logps = False
+        self._captured_logps: torch.Tensor | None = None
+        self._rehearsal = None
+        self._rehearsal_micro = 0
+        if self.args.rehearsal_path is not None:
+            from rlvr_div.rehearsal import load_rehearsal_samples
+
+            self._rehearsal = load_rehearsal_samples(self.args.rehearsal_path)
+
+    # -- the policy's grad-enabled log-probs, captured while TRL computes its loss
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_logps:
+            self._captured_logps = out[0]
+        return out
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        loss = self._online_loss(model, inputs)
+        if self._rehearsal is not None and self.model.training:
+            loss = loss + self.args.rehearsal_coef * self._rehearsal_loss(model)
+        return loss
+
+    def _online_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's policy loss plus the divergence term on the policy's samples."""
+        name = self.args.divergence
+        if name == "none":
+            return super()._compute_loss(model, inputs)
+        coef, self.beta = self.beta, 0.0  # TRL's own KL off
+        self._capture_logps = True
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self.beta, self._capture_logps = coef, False
+        logps, self._captured_logps = self._captured_logps, None
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        per_token = token_divergence(
+            name, logps, inputs["ref_per_token_logps"], source="policy", **self.args.divergence_params()
+        )
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode][f"divergence/{name}"].append(self._global_masked_mean(per_token.detach(), mask))
+        if self.args.divergence_gradient == "ratio":
+            per_token = per_token * self._importance_ratio(logps, inputs, mask)
+        return loss + coef * self._aggregate(per_token, mask, inputs)
+
+    def _rehearsal_loss(self, model: Any) -> torch.Tensor:
+        """mean_t f(u_t) over this process's shard of the micro-step's rehearsal batch, divided by the accumulation
+        steps like the policy loss (u_t = π_θ/π_ref at the stored tokens, f on reference samples)."""
+        accum = self.current_gradient_accumulation_steps
+        world = self.accelerator.num_processes
+        local = max(1, self.args.rehearsal_batch_size // (world * accum))
+        call = self.state.global_step * accum + self._rehearsal_micro % accum  # survives a resume
+        self._rehearsal_micro += 1
+        batch = self._rehearsal.batch(call, local, self.accelerator.process_index, world, seed=self.args.seed)
+        device = self.accelerator.device
+        input_ids, attention_mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+        completion_mask, ref_logps = batch["completion_mask"].to(device), batch["ref_logps"].to(device)
+        logps, _, _ = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, completion_mask.size(1))
+        name = self.args.rehearsal_divergence
+        per_token = token_divergence(name, logps, ref_logps, source="reference", **self.args.divergence_params(name))
+        value = (per_token * completion_mask).sum() / completion_mask.sum().clamp(min=1.0)
+        nll = -(logps.detach() * completion_mask).sum() / completion_mask.sum().clamp(min=1.0)
+        self._metrics["train"][f"rehearsal/{name}"].append(self.accelerator.gather(value.detach()).mean().item())
+        self._metrics["train"]["rehearsal/nll"].append(self.accelerator.gather(nll).mean().item())
+        return value / accum
+
+    def _importance_ratio(self, logps: torch.Tensor, inputs: dict[str, Any], mask: torch.Tensor) -> torch.Tensor:
+        """π_θ/π_old at the level TRL uses for its policy ratio (token or sequence), differentiable in π_θ."""
+        old = inputs.get("old_per_token_logps")
+        log_ratio = logps - (logps.detach() if old is None else old)
+        if self.importance_sampling_level == "sequence":
+            log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+        return torch.exp(log_ratio)
+
+    def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's normaliser of the policy loss for ``self.loss_type`` (gradient accumulation included)."""
+        training = self.model.training
+        accum = self.current_gradient_accumulation_steps if training else 1.0
+        masked = per_token * mask
+        lt = self.loss_type
+        if lt in ("grpo", "sapo"):
+            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+        if lt == "bnpo":
+            return masked.sum() / mask.sum().clamp(min=1.0) / accum
+        if lt == "dr_grpo":
+            return masked.sum() / (per_token.size(0) * self.max_completion_length) / accum
+        if lt in ("cispo", "dapo", "vespo"):
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if training:
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return masked.sum() / normalizer
+        if lt == "luspo":
+            return masked.sum(-1).mean() / accum
+        raise ValueError(f"unknown loss_type {lt!r}")
+
+    def _global_masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> float:
+        totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+    # -- group diversity metrics from gathered rewards
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        texts = gather_object([completion_text(c).strip() for c in completions])
+        valid = (rewards_per_func[:, self.args.validity_reward_index] == 1.0).cpu()
+        for name, value in group_diversity(valid, texts, group).items():
+            self._metrics[mode][f"diversity/{name}"].append(value)
+        return rewards_per_func
+
+
+def group_diversity(valid: torch.Tensor, texts: list[str], group: int) -> dict[str, float]:
+    """Per-group statistics of a batch laid out as consecutive groups of ``group`` completions of one prompt.
+
+    ``pass_at_group``: fraction of groups with ≥ 1 valid completion (pass@G); ``distinct_valid``: mean number of
+    distinct valid texts per group; ``valid_rate``: fraction of valid completions.
+    """
+    if len(texts) != valid.numel() or valid.numel() % group:
+        raise ValueError(f"{valid.numel()} completions do not form groups of {group}")
+    v = valid.view(-1, group)
+    distinct = [len({texts[g * group + i] for i in range(group) if v[g, i]}) for g in range(v.size(0))]
+    return {
+        "pass_at_group": v.any(dim=1).float().mean().item(),
+        "distinct_valid": sum(distinct) / len(distinct),
+        "valid_rate": v.float().mean().item(),
+    }
