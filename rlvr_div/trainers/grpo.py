@@ -65,6 +65,10 @@ class DivergenceGRPOConfig(GRPOConfig):
         default=0.5,
         metadata={"help": "α of the `alpha` divergence, DPH-RL's convention (α→1 forward KL, α→0 reverse KL)."},
     )
+    js_scale: float = field(
+        default=1.0,
+        metadata={"help": "Scale of the `js` divergence: 1 = standard JS, 2 = DPH-RL's code (its η values assume 2)."},
+    )
     divergence_gradient: str = field(
         default="ratio",
         metadata={
@@ -99,7 +103,8 @@ class DivergenceGRPOConfig(GRPOConfig):
         super().__post_init__()
 
     def divergence_params(self, name: str | None = None) -> dict[str, Any]:
-        return {"dph_alpha": self.dph_alpha} if (name or self.divergence) == "alpha" else {}
+        name = name or self.divergence
+        return {"dph_alpha": self.dph_alpha} if name == "alpha" else {"js_scale": self.js_scale} if name == "js" else {}
 
     def check_divergence(self) -> None:
         """One-line errors for an unknown divergence, a bad α, a negative coefficient or gradient form."""
