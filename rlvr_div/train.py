@@ -119,8 +119,9 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     return script, training, model
 
 
-def validate(script: ScriptArguments, training: Any, model: Any) -> None:
-    """Cheap checks that must fail before any model loads."""
+def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal_set: bool = True) -> None:
+    """Cheap checks that must fail before any model loads (the DPH-RL rehearsal set too, unless it is about to be
+    built)."""
     from rlvr_div.models import resolve_model
     from rlvr_div.rewards import REWARDS, _load_all
     from rlvr_div.tasks import check_task
@@ -130,10 +131,9 @@ def validate(script: ScriptArguments, training: Any, model: Any) -> None:
     _load_all()
     for name in script.rewards or [spec.reward]:
         REWARDS.get(name)
-    if training.reward_weights is not None and len(training.reward_weights) != len(script.rewards or [spec.reward]):
-        raise ConfigError(
-            f"reward_weights has {len(training.reward_weights)} values for {len(script.rewards or [spec.reward])} rewards"
-        )
+    rewards = script.rewards or [spec.reward]
+    if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
+        raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     per_step = training.per_device_train_batch_size * max(1, training.world_size)
     if per_step % training.num_generations and training.generation_batch_size % training.num_generations:
         raise ConfigError(
@@ -141,9 +141,22 @@ def validate(script: ScriptArguments, training: Any, model: Any) -> None:
             f"({training.num_generations})"
         )
     resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
-    check = getattr(training, "check", None)
-    if callable(check):
-        check()
+    if check_rehearsal_set and getattr(training, "rehearsal_path", None) is not None:
+        _check_rehearsal_set(script, training, model)
+
+
+def _check_rehearsal_set(script: ScriptArguments, training: Any, model: Any) -> None:
+    """The rehearsal set must exist, be non-empty, and come from this model, tokenizer and temperature."""
+    from rlvr_div.models import load_tokenizer, resolve_model
+    from rlvr_div.rehearsal import check_rehearsal
+
+    tokenizer = load_tokenizer(resolve_model(model.model_name_or_path, script.gguf_file), script.gguf_file)
+    summary = check_rehearsal(training.rehearsal_path, model=model.model_name_or_path, tokenizer=tokenizer)
+    if summary["sampling"]["temperature"] != training.temperature:
+        raise ConfigError(
+            f"temperature={training.temperature} differs from the rehearsal set's sampling temperature "
+            f"{summary['sampling']['temperature']}; the stored reference log-probs are only valid at that temperature"
+        )
 
 
 class MetricsFile:
@@ -194,10 +207,17 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
     from rlvr_div.tasks import get_task, get_task_spec
     from rlvr_div.trainers import TRAINERS
 
-    options = {"path": script.data_path} if script.data_path else {}
-    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **options)
-    if script.task_size is not None:
-        dataset = dataset.select(range(min(script.task_size, len(dataset))))
+    if getattr(training, "rehearsal_path", None) is not None:  # DPH-RL: GRPO runs on D_exp
+        import datasets
+
+        from rlvr_div.rehearsal import D_EXP_DIR
+
+        dataset = datasets.load_from_disk(str(Path(training.rehearsal_path) / D_EXP_DIR))
+    else:
+        options = {"path": script.data_path} if script.data_path else {}
+        dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **options)
+        if script.task_size is not None:
+            dataset = dataset.select(range(min(script.task_size, len(dataset))))
     reward_funcs = [get_reward(n) for n in (script.rewards or [get_task_spec(script.task).reward])]
     model_path = resolve_model(model.model_name_or_path, script.gguf_file)
     init_kwargs = dict(training.model_init_kwargs or {})

@@ -38,18 +38,23 @@ per-token estimate).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
+from rlvr_div.calibration import ValidityTargetController
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
 
 GRADIENT_FORMS = ("ratio", "plain")
+BETA_SCHEDULES = ("constant", "validity_target")
+CONTROLLER_STATE = "validity_controller.json"
 
 
 @dataclass
@@ -83,9 +88,29 @@ class DivergenceGRPOConfig(GRPOConfig):
         default="forward_kl", metadata={"help": "DPH-RL: divergence of the rehearsal term (forward_kl, js, alpha)."}
     )
     rehearsal_coef: float = field(default=0.02, metadata={"help": "DPH-RL: η, the coefficient of the rehearsal term."})
+    rehearsal_k: int = field(default=8, metadata={"help": "DPH-RL offline stage: samples per prompt (k)."})
+    rehearsal_threshold: int | None = field(
+        default=None,
+        metadata={"help": "DPH-RL offline stage: correct samples (of k) that put a prompt in D_pef; default k."},
+    )
+    rehearsal_top_p: float = field(default=1.0, metadata={"help": "DPH-RL offline stage: top_p of the sampling."})
+    rehearsal_sampling_batch_size: int = field(
+        default=256, metadata={"help": "DPH-RL offline stage: sequences per generate call."}
+    )
     rehearsal_batch_size: int = field(
         default=32, metadata={"help": "DPH-RL: rehearsal samples per optimizer step, over all processes."}
     )
+    beta_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": "'constant', or 'validity_target': adapt divergence_coef so validity tracks target_validity."
+        },
+    )
+    target_validity: float = field(default=0.9, metadata={"help": "validity_target: the validity rate to track."})
+    validity_horizon: float = field(
+        default=256.0, metadata={"help": "validity_target: EMA horizon of the running validity, in completions."}
+    )
+    controller_gain: float = field(default=0.5, metadata={"help": "validity_target: gain of the β update (0, 2]."})
     validity_reward_index: int = field(
         default=0, metadata={"help": "Which reward function decides validity (score == 1) for diversity metrics."}
     )
@@ -120,8 +145,29 @@ class DivergenceGRPOConfig(GRPOConfig):
             check_divergence_params(self.rehearsal_divergence, **self.divergence_params(self.rehearsal_divergence))
             if self.rehearsal_coef < 0:
                 raise ConfigError(f"rehearsal_coef must be >= 0, got {self.rehearsal_coef}")
+            if self.rehearsal_k < 1 or not 1 <= (self.rehearsal_threshold or self.rehearsal_k) <= self.rehearsal_k:
+                raise ConfigError(
+                    f"need rehearsal_k >= 1 and 1 <= rehearsal_threshold <= rehearsal_k, got {self.rehearsal_k} "
+                    f"and {self.rehearsal_threshold}"
+                )
             if self.rehearsal_batch_size < 1:
                 raise ConfigError(f"rehearsal_batch_size must be >= 1, got {self.rehearsal_batch_size}")
+        if self.beta_schedule not in BETA_SCHEDULES:
+            raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
+        if self.beta_schedule == "validity_target":
+            if self.divergence == "none" or self.divergence_coef <= 0:
+                raise ConfigError(
+                    "beta_schedule 'validity_target' adapts divergence_coef: set a divergence and a coef > 0"
+                )
+            self.make_controller()  # validates target_validity, horizon and gain
+
+    def make_controller(self) -> ValidityTargetController:
+        return ValidityTargetController(
+            init_beta=self.divergence_coef,
+            target_validity=self.target_validity,
+            horizon=self.validity_horizon,
+            gain=self.controller_gain,
+        )
 
 
 class DivergenceGRPOTrainer(GRPOTrainer):
@@ -135,6 +181,7 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         self._captured_logps: torch.Tensor | None = None
         self._rehearsal = None
         self._rehearsal_micro = 0
+        self.controller = self.args.make_controller() if self.args.beta_schedule == "validity_target" else None
         if self.args.rehearsal_path is not None:
             from rlvr_div.rehearsal import load_rehearsal_samples
 
@@ -186,10 +233,17 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         call = self.state.global_step * accum + self._rehearsal_micro % accum  # survives a resume
         self._rehearsal_micro += 1
         batch = self._rehearsal.batch(call, local, self.accelerator.process_index, world, seed=self.args.seed)
-        device = self.accelerator.device
-        input_ids, attention_mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-        completion_mask, ref_logps = batch["completion_mask"].to(device), batch["ref_logps"].to(device)
-        logps, _, _ = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, completion_mask.size(1))
+        batch = {key: value.to(self.accelerator.device) for key, value in batch.items()}
+        completion_mask = batch["completion_mask"]
+        width = completion_mask.size(1)
+        p_len = batch["input_ids"].size(1) - width
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[:, p_len - 1 : p_len + width - 1]
+        # log-probs at the temperature the stored reference log-probs were computed at (checked against summary.json)
+        logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+        logps = logps.gather(-1, batch["input_ids"][:, p_len:].unsqueeze(-1)).squeeze(-1)
+        ref_logps = batch["ref_logps"]
         name = self.args.rehearsal_divergence
         per_token = token_divergence(name, logps, ref_logps, source="reference", **self.args.divergence_params(name))
         value = (per_token * completion_mask).sum() / completion_mask.sum().clamp(min=1.0)
@@ -238,9 +292,28 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         group = self.num_generations if mode == "train" else self.num_generations_eval
         texts = gather_object([completion_text(c).strip() for c in completions])
         valid = (rewards_per_func[:, self.args.validity_reward_index] == 1.0).cpu()
-        for name, value in group_diversity(valid, texts, group).items():
+        stats = group_diversity(valid, texts, group)
+        for name, value in stats.items():
             self._metrics[mode][f"diversity/{name}"].append(value)
+        if self.controller is not None and mode == "train":
+            self.beta = self.controller.update(stats["valid_rate"], valid.numel())
+            self._metrics[mode]["controller/beta"].append(self.beta)
+            self._metrics[mode]["controller/running_validity"].append(self.controller.running_validity)
         return rewards_per_func
+
+    # -- the validity controller's state travels with checkpoints
+    def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202
+        super()._save_checkpoint(model, trial)
+        if self.controller is not None and self.args.should_save:
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            (folder / CONTROLLER_STATE).write_text(json.dumps(self.controller.state_dict()))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):  # noqa: ANN001, ANN202
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = Path(checkpoint) / CONTROLLER_STATE if checkpoint else None
+        if self.controller is not None and path is not None and path.exists():
+            self.controller.load_state_dict(json.loads(path.read_text()))
+            self.beta = self.controller.beta
 
 
 def group_diversity(valid: torch.Tensor, texts: list[str], group: int) -> dict[str, float]:

@@ -1,0 +1,304 @@
+"""DPH-RL offline stage (Li et al., ICLR 2026): sample the initial policy once, split prompts, store rehearsal samples.
+
+``rlvr-div rehearse --config recipe.yaml`` draws k completions per training prompt from the base policy a (at the
+recipe's temperature and top_p), scores them, and splits the prompts into
+
+    D_pef = {x : #correct(x) >= threshold}   (near-perfect; default threshold = k)   and   D_exp = the rest.
+
+For each D_pef prompt one more sample y ~ a(·|x) is drawn and kept only if correct; it is stored with its token ids
+and per-token reference log-probs log a(y_t | x, y_<t) computed at the sampling temperature, so that training needs
+no reference model. Output directory:
+
+- ``rehearsal/`` (``datasets.save_to_disk``): prompt, completion, prompt_ids, completion_ids, ref_logps;
+- ``d_exp/`` (``save_to_disk``): the D_exp rows of the task, the training set of the hybrid trainer;
+- ``summary.json``: counts, the histogram of per-prompt pass rates, sampling settings, the model and a hash of the
+  tokenizer (checked by the trainer);
+- ``samples.jsonl``: one line per prompt as soon as it is scored, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr_div.errors import ConfigError
+
+SUMMARY = "summary.json"
+REHEARSAL_DIR = "rehearsal"
+D_EXP_DIR = "d_exp"
+
+
+def tokenizer_hash(tokenizer: Any) -> str:
+    """A short hash of a tokenizer's vocabulary (a rehearsal set is only valid for the tokenizer that made it)."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """The ``summary.json`` of a rehearsal directory; one-line errors for a missing or unfinished directory."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError(f"rehearsal_path {str(path)!r} does not exist; build it with `rlvr-div rehearse`")
+    summary = root / SUMMARY
+    if not summary.is_file() or not (root / REHEARSAL_DIR).is_dir():
+        raise ConfigError(f"rehearsal_path {str(path)!r} holds no finished rehearsal set (no {SUMMARY})")
+    return json.loads(summary.read_text())
+
+
+def check_rehearsal(path: str | Path, model: str | None = None, tokenizer: Any = None) -> dict[str, Any]:
+    """Validate a rehearsal set against the model and tokenizer about to be trained, before training starts."""
+    summary = read_summary(path)
+    if summary.get("n_rehearsal", 0) == 0:
+        raise ConfigError(
+            f"rehearsal set {str(path)!r} is empty (D_pef has {summary.get('n_pef', 0)} prompts, "
+            f"{summary.get('n_rehearsal', 0)} kept samples); lower `threshold` or raise `k`"
+        )
+    if model is not None and summary.get("model") not in (None, model):
+        raise ConfigError(
+            f"rehearsal set {str(path)!r} was sampled from {summary.get('model')!r}, not from the model being "
+            f"trained ({model!r}); rebuild it with `rlvr-div rehearse`"
+        )
+    if tokenizer is not None and summary.get("tokenizer_hash") != tokenizer_hash(tokenizer):
+        raise ConfigError(f"rehearsal set {str(path)!r} was built with another tokenizer; rebuild it")
+    return summary
+
+
+@dataclass
+class RehearsalSamples:
+    """Stored rehearsal samples, served as padded batches in TRL's layout (left-padded prompt | completion)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    ref_logps: list[list[float]]
+    pad_token_id: int
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+    def indices(self, call: int, size: int, rank: int, world: int, seed: int) -> list[int]:
+        """Rows for micro-step ``call`` on process ``rank`` of ``world``: consecutive global slices of a per-epoch
+        permutation (same on every process), each process taking its own part, so processes never share a row."""
+        n = len(self)
+        start = (call * world + rank) * size
+        return [self._permutation(seed, pos // n)[pos % n] for pos in range(start, start + size)]
+
+    def _permutation(self, seed: int, epoch: int) -> list[int]:
+        cache = self.__dict__.setdefault("_perms", {})
+        if (seed, epoch) not in cache:
+            cache.clear()
+            g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+            cache[(seed, epoch)] = torch.randperm(len(self), generator=g).tolist()
+        return cache[(seed, epoch)]
+
+    def batch(self, call: int, size: int, rank: int, world: int, seed: int = 0) -> dict[str, torch.Tensor]:
+        rows = self.indices(call, size, rank, world, seed)
+        prompts = [self.prompt_ids[i] for i in rows]
+        completions = [self.completion_ids[i] for i in rows]
+        logps = [self.ref_logps[i] for i in rows]
+        p_len, c_len = max(map(len, prompts)), max(map(len, completions))
+        input_ids = torch.full((len(rows), p_len + c_len), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        completion_mask = torch.zeros((len(rows), c_len))
+        ref = torch.zeros((len(rows), c_len))
+        for i, (p, c, lp) in enumerate(zip(prompts, completions, logps)):
+            input_ids[i, p_len - len(p) : p_len] = torch.tensor(p)
+            input_ids[i, p_len : p_len + len(c)] = torch.tensor(c)
+            attention[i, p_len - len(p) : p_len + len(c)] = 1
+            completion_mask[i, : len(c)] = 1
+            ref[i, : len(lp)] = torch.tensor(lp)
+        position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # as in generate and sampling.token_logprobs
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "position_ids": position_ids,
+            "completion_mask": completion_mask,
+            "ref_logps": ref,
+        }
+
+
+def load_rehearsal_samples(path: str | Path) -> RehearsalSamples:
+    """Load the ``rehearsal/`` dataset of a rehearsal directory (checked with :func:`check_rehearsal`)."""
+    import datasets
+
+    summary = check_rehearsal(path)
+    ds = datasets.load_from_disk(str(Path(path) / REHEARSAL_DIR))
+    return RehearsalSamples(
+        prompt_ids=ds["prompt_ids"],
+        completion_ids=ds["completion_ids"],
+        ref_logps=ds["ref_logps"],
+        pad_token_id=int(summary["pad_token_id"]),
+    )
+
+
+# --------------------------------------------------------------------------------------------- offline stage
+
+
+def _append(f: Any, record: dict[str, Any]) -> None:
+    f.write(json.dumps(record) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _read_done(path: Path) -> dict[int, dict[str, Any]]:
+    """Finished prompts of an earlier run (a torn last line from a kill is ignored)."""
+    done: dict[int, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            done[int(rec["index"])] = rec
+    return done
+
+
+def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: bool = True) -> dict[str, Any]:
+    """Run the offline stage for a DPH recipe (parsed by ``rlvr_div.train.parse_recipe``) and return the summary.
+
+    k + 1 samples per prompt come from one reproducible stream per prompt (``rlvr_div.sampling``): samples 0..k−1
+    decide the split, sample k is the extra draw that is kept for a D_pef prompt when it is correct.
+    """
+    import datasets
+
+    from rlvr_div.models import load_model, load_tokenizer, resolve_model
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.sampling import SamplingConfig, make_sampler, token_logprobs
+    from rlvr_div.tasks import get_task, get_task_spec
+
+    out = Path(training.rehearsal_path)
+    k = training.rehearsal_k
+    threshold = k if training.rehearsal_threshold is None else training.rehearsal_threshold
+    sampling = SamplingConfig(
+        n=k + 1,
+        temperature=training.temperature,
+        top_p=training.rehearsal_top_p,
+        max_new_tokens=training.max_completion_length,
+        seed=training.seed,
+        batch_size=training.rehearsal_sampling_batch_size,
+    )
+    settings = {
+        "model": model_args.model_name_or_path,
+        "task": script.task,
+        "task_split": script.task_split,
+        "task_size": script.task_size,
+        "task_seed": script.task_seed,
+        "k": k,
+        "threshold": threshold,
+        "sampling": sampling.to_dict(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    settings_file = out / "settings.json"
+    if settings_file.exists() and json.loads(settings_file.read_text()) != settings:
+        raise ConfigError(f"{out} holds a rehearsal run with other settings; use another rehearsal_path or delete it")
+    settings_file.write_text(json.dumps(settings, indent=1))
+
+    options = {"path": script.data_path} if script.data_path else {}
+    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **options)
+    if script.task_size is not None:
+        dataset = dataset.select(range(min(script.task_size, len(dataset))))
+    reward = get_reward((script.rewards or [get_task_spec(script.task).reward])[0])
+    path = resolve_model(model_args.model_name_or_path, script.gguf_file)
+    tokenizer = load_tokenizer(path, script.gguf_file)
+    model = load_model(path, script.gguf_file)
+    model.eval()
+
+    log = out / "samples.jsonl"
+    done = _read_done(log)
+    todo = [i for i in range(len(dataset)) if i not in done]
+    sampler = make_sampler("hf", sampling, tokenizer, model=model)
+    with open(log, "a") as f, torch.no_grad():
+        for item in sampler.sample([dataset[i]["prompt"] for i in todo], indices=todo, progress=progress):
+            row = dataset[item.index]
+            columns = {c: [row[c]] * len(item.completions) for c in reward.columns}
+            scores = reward.score(item.completions, **columns)
+            correct = [s == 1.0 for s in scores]
+            rec = {
+                "index": item.index,
+                "prompt_ids": item.prompt_ids,
+                "completions": item.completions[:k],
+                "correct": correct[:k],
+                "c": sum(correct[:k]),
+                "n": k,
+                "extra": {"completion": item.completions[k], "completion_ids": item.completion_ids[k],
+                          "correct": correct[k]},
+            }  # fmt: skip
+            _append(f, rec)
+            done[item.index] = rec
+
+    records = [done[i] for i in range(len(dataset))]
+    pef = [r for r in records if r["c"] >= threshold]
+    kept = [r for r in pef if r["extra"]["correct"]]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ref_logps = token_logprobs(
+        model,
+        [r["prompt_ids"] for r in kept],
+        [r["extra"]["completion_ids"] for r in kept],
+        temperature=sampling.temperature,
+        pad_token_id=pad,
+        progress=progress,
+    )
+    rehearsal = datasets.Dataset.from_list(
+        [
+            {
+                "prompt": dataset[r["index"]]["prompt"],
+                "completion": r["extra"]["completion"],
+                "prompt_ids": r["prompt_ids"],
+                "completion_ids": r["extra"]["completion_ids"],
+                "ref_logps": lp,
+            }
+            for r, lp in zip(kept, ref_logps)
+        ]
+    )
+    pef_set = {r["index"] for r in pef}
+    d_exp = dataset.select([i for i in range(len(dataset)) if i not in pef_set])
+    _save(rehearsal, out / REHEARSAL_DIR)
+    _save(d_exp, out / D_EXP_DIR)
+    histogram = {str(c): sum(1 for r in records if r["c"] == c) for c in range(k + 1)}
+    summary = {
+        **settings,
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "pad_token_id": pad,
+        "n_prompts": len(records),
+        "n_pef": len(pef),
+        "n_exp": len(d_exp),
+        "n_rehearsal": len(rehearsal),
+        "pass_rate_histogram": histogram,
+    }
+    (out / SUMMARY).write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _save(ds: Any, path: Path) -> None:
+    """``save_to_disk`` into a fresh directory, replacing an older one only once the new one is complete."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ds.save_to_disk(str(tmp))
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``rlvr-div rehearse --config recipe.yaml [--key value ...]``: the DPH-RL offline stage of a DPH recipe."""
+    import logging
+
+    from rlvr_div.train import parse_recipe, validate
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    script, training, model_args = parse_recipe(argv)
+    if getattr(training, "rehearsal_path", None) is None:
+        raise ConfigError("the recipe has no rehearsal_path (use `trainer: divergence` with `rehearsal_path: DIR`)")
+    validate(script, training, model_args, check_rehearsal_set=False)
+    summary = build_rehearsal_set(script, training, model_args)
+    keys = ("n_prompts", "n_pef", "n_exp", "n_rehearsal")
+    print(" ".join(f"{k}={summary[k]}" for k in keys), f"-> {training.rehearsal_path}")
+    if summary["n_rehearsal"] == 0:
+        print("warning: the rehearsal set is empty (no D_pef prompt kept a correct extra sample)", file=sys.stderr)
+    return 0
