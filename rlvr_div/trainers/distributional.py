@@ -1,0 +1,383 @@
+"""α-DPG / f-DPG: a policy gradient that moves the policy toward the filtered model p* = a(·|valid) itself.
+
+Kruszewski et al. (ICLR 2026, "Whatever remains must be true"), building on f-DPG (Go et al. 2023). Instead of a
+reward plus a penalty toward the base model a, the target is the explicit distribution p*(y) = a(y)·v(y)/A with
+A = a(valid) the prompt's base validity rate, and the policy π_θ descends an f-divergence D_f(π_θ‖p*) =
+E_{p*}[f(π_θ/p*)]. Its gradient is a policy gradient on π_θ's own samples,
+
+    ∇_θ D_f(π_θ‖p*) = E_{y∼π_θ}[ f′(t(y)) · ∇_θ log π_θ(y) ],      t(y) = π_θ(y)/p*(y),
+
+so −f′(t) plays the role of a reward ("pseudo-reward"). Per prompt group of n samples y_i ∼ π_old (= π_θ at
+generation), with sequence log-probs L_i = log π_old(y_i|x), L^ref_i = log a(y_i|x) and validity v_i ∈ {0, 1}:
+
+- Ẑ = (1/n)·Σ_i exp(L^ref_i + log v_i − L_i)  (importance estimate of A, since E_π[v·a/π] = A), clamped to ≤ 1;
+  a group with no valid sample has Ẑ = 0, replaced by ``dpg_z_floor`` (1e-4) so that logs stay finite (such a
+  group gets all-equal pseudo-rewards and zero advantages anyway);
+- log t_i = L_i − (L^ref_i + log v_i − log Ẑ)   (+∞ for an invalid sample);
+- pseudo-reward R_i by ``dpg_divergence``, clipped above at M = ``dpg_clip`` (10):
+    ``alpha``      R = t^{α−1} − 1, invalid → −1   (α = ``dpg_alpha`` ∈ (0, 1), α-DPG's convention: α → 1 reverse
+                   KL KL(π‖p*), α → 0 forward KL KL(p*‖π)). This is (1−α)·(−f_α′(t)) for the generator
+                   f_α(t) = (t^α − α·t − (1−α))/(α(α−1)), i.e. the gradient of (1−α)·D_α(π‖p*) with
+                   D_α(π‖p*) = Σ_valid p*·f_α(π/p*) + π(invalid)/(1−α);
+    ``forward_kl`` R = 1/t − 1, invalid → −1  (= −f′ for f(t) = −log t: KL(p*‖π); the α → 0 end of the family);
+    ``js``         R = softplus(−log t) − log 2 = log((1 + 1/t)/2), invalid → −log 2 (= −f′ for
+                   f(t) = t·log t − (t+1)·log((t+1)/2), twice the usual Jensen–Shannon divergence);
+- advantage A_i = R_i − (1/(n−1))·Σ_{j≠i} R_j (leave-one-out baseline);
+- loss = −mean_i(w_i·A_i)/L_max with w_i = exp(L^θ_i − L_i) (value 1 on fresh samples, gradient ∇L^θ_i: plain
+  REINFORCE, −mean_i(A_i·∇L^θ_i)/L_max), L_max = ``max_completion_length``. When the data is off-policy
+  (``num_iterations`` > 1 or generation batches reused across steps) w_i is the importance weight π_θ/π_old of the
+  whole sequence, so the gradient stays the on-policy one in expectation. No clipping, no KL term.
+
+Everything is computed from gathered tensors (a group may span processes). The reference log-probs are TRL's:
+``DPGConfig`` sets TRL's ``beta`` to a non-zero value internally so that TRL computes ``ref_per_token_logps`` (a
+reference copy of the model, or the adapter-disabled base under LoRA), but ``_compute_loss`` is replaced entirely,
+so no KL term is ever added. Validity is ``score == 1`` of the reward function at ``validity_reward_index``; the
+other reward functions are still computed and logged by TRL but do not enter the loss. TRL's ``loss_type``,
+``epsilon``, ``scale_rewards``, ``top_entropy_quantile`` and ``entropy_coef`` do not apply. With vLLM, sampler/trainer
+mismatch is corrected by TRL's sequence-level importance ratio (``vllm_importance_sampling_mode`` sequence_*).
+Logged: ``dpg/z_mean`` (mean Ẑ over groups), ``dpg/no_valid_frac`` (groups whose Ẑ is floored), ``dpg/invalid_frac``,
+``dpg/pseudo_reward_{min,mean,max}``, ``dpg/divergence`` (the batch estimate of D_f(π‖p*), see
+``divergence_estimate``), ``dpg/clip_frac`` (fraction clipped at M), ``dpg/is_weight_mean`` (off-policy only), and
+the ``diversity/*`` group metrics of ``DivergenceGRPOTrainer`` (``pass_at_group``, ``distinct_valid``, ``valid_rate``).
+Docs: ``docs/distributional.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import gather_object
+from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.rewards.base import completion_text
+
+DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
+REF_BETA = 1.0  # TRL's `beta` while training with DPG: only switches on TRL's reference log-probs, never a KL term
+LOG_RATIO_CLAMP = 20.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pure functions: Ẑ, log t, pseudo-rewards, baseline, loss
+
+
+def check_dpg(divergence: str, alpha: float, clip: float, z_floor: float) -> None:
+    """One-line :class:`ConfigError` for an unknown divergence or out-of-range α, M or floor."""
+    if divergence not in DPG_DIVERGENCES:
+        raise ConfigError(f"unknown dpg_divergence {divergence!r}; known: {', '.join(DPG_DIVERGENCES)}")
+    if divergence == "alpha" and not 0.0 < alpha < 1.0:
+        raise ConfigError(
+            f"dpg_alpha must be in (0, 1) (α → 1 reverse KL, α → 0 forward KL), got {alpha}; "
+            "use dpg_divergence: forward_kl for α = 0"
+        )
+    if not clip > 0 or not math.isfinite(clip):
+        raise ConfigError(f"dpg_clip (M) must be a finite number > 0, got {clip}")
+    if not 0.0 < z_floor <= 1.0:
+        raise ConfigError(f"dpg_z_floor must be in (0, 1], got {z_floor}")
+
+
+def _grouped(x: torch.Tensor, group: int, what: str) -> torch.Tensor:
+    if x.dim() != 1 or group < 2 or x.numel() % group:
+        raise ValueError(f"{what} of shape {tuple(x.shape)} does not form groups of {group} (need group >= 2)")
+    return x.view(-1, group)
+
+
+def log_partition_estimate(
+    policy_seq_logps: torch.Tensor,
+    ref_seq_logps: torch.Tensor,
+    valid: torch.Tensor,
+    group: int,
+    z_floor: float = 1e-4,
+) -> torch.Tensor:
+    """log Ẑ per group, shape (N/group,): Ẑ = min(1, (1/n)·Σ_{i valid} exp(L^ref_i − L_i)); Ẑ = ``z_floor`` when the
+    group has no valid sample. Samples y_i ∼ π (L_i = log π(y_i)), so E[Ẑ] = a(valid) before the clamp."""
+    lp = _grouped(policy_seq_logps, group, "policy_seq_logps").double()
+    lr = _grouped(ref_seq_logps, group, "ref_seq_logps").double()
+    v = _grouped(valid.bool(), group, "valid")
+    log_w = torch.where(v, lr - lp, torch.full_like(lp, -math.inf))
+    log_z = torch.logsumexp(log_w, dim=1) - math.log(group)
+    log_z = torch.where(v.any(dim=1), log_z.clamp(max=0.0), torch.full_like(log_z, math.log(z_floor)))
+    return log_z
+
+
+def log_target_ratio(
+    policy_seq_logps: torch.Tensor,
+    ref_seq_logps: torch.Tensor,
+    valid: torch.Tensor,
+    log_z: torch.Tensor,
+    group: int,
+) -> torch.Tensor:
+    """log t_i = log π(y_i) − log p̂*(y_i) = L_i − L^ref_i + log Ẑ for valid samples, +∞ for invalid ones (N,)."""
+    lp = _grouped(policy_seq_logps, group, "policy_seq_logps").double()
+    lr = _grouped(ref_seq_logps, group, "ref_seq_logps").double()
+    v = _grouped(valid.bool(), group, "valid")
+    log_t = lp - lr + log_z.double().unsqueeze(1)
+    return torch.where(v, log_t, torch.full_like(log_t, math.inf)).reshape(-1)
+
+
+def pseudo_rewards(
+    log_t: torch.Tensor, divergence: str = "alpha", alpha: float = 0.25, clip: float = 10.0
+) -> torch.Tensor:
+    """R = −f′(t) (see the module docstring), clipped above at M = ``clip``; log t = +∞ marks an invalid sample.
+
+    alpha: min(t^{α−1} − 1, M), invalid −1; forward_kl: min(1/t − 1, M), invalid −1; js: min(softplus(−log t) −
+    log 2, M), invalid −log 2.
+    """
+    log_t = log_t.double()
+    cap = math.log1p(clip)  # t^{α−1} − 1 ≤ M  ⟺  (α−1)·log t ≤ log(1 + M)
+    if divergence == "alpha":
+        return torch.exp(((alpha - 1.0) * log_t).clamp(max=cap)) - 1.0
+    if divergence == "forward_kl":
+        return torch.exp((-log_t).clamp(max=cap)) - 1.0
+    if divergence == "js":
+        return (F.softplus(-log_t) - math.log(2.0)).clamp(max=clip)
+    raise ConfigError(f"unknown dpg_divergence {divergence!r}; known: {', '.join(DPG_DIVERGENCES)}")
+
+
+def divergence_estimate(log_t: torch.Tensor, divergence: str = "alpha", alpha: float = 0.25) -> torch.Tensor:
+    """Per-sample g(t) with E_{y∼π}[g(t(y))] = D_f(π‖p*) = E_{p*}[f(t)] + π(invalid)·lim_{t→∞} f(t)/t, i.e.
+    g(t) = f(t)/t (the f of ``pseudo_rewards``, shifted so that f(1) = 0); invalid samples (log t = +∞) get the
+    limit: 1/(1−α) for alpha, 1 for forward_kl, log 2 for js. Its mean over a batch estimates the divergence being
+    descended (with Ẑ in place of A in t).
+
+    alpha: (t^{α−1} − α − (1−α)/t)/(α(α−1)); forward_kl (f = t − 1 − log t): 1 − (1 + log t)/t;
+    js: log t − (1 + 1/t)·log((1 + t)/2).
+    """
+    log_t = log_t.double()
+    invalid = torch.isinf(log_t) & (log_t > 0)
+    lt = torch.where(invalid, torch.zeros_like(log_t), log_t).clamp(min=-300.0)
+    inv_t = torch.exp(-lt)
+    if divergence == "alpha":
+        g = (torch.exp((alpha - 1.0) * lt) - alpha - (1.0 - alpha) * inv_t) / (alpha * (alpha - 1.0))
+        limit = 1.0 / (1.0 - alpha)
+    elif divergence == "forward_kl":
+        g = 1.0 - (1.0 + lt) * inv_t
+        limit = 1.0
+    elif divergence == "js":
+        g = lt - (1.0 + inv_t) * (F.softplus(lt) - math.log(2.0))
+        limit = math.log(2.0)
+    else:
+        raise ConfigError(f"unknown dpg_divergence {divergence!r}; known: {', '.join(DPG_DIVERGENCES)}")
+    return torch.where(invalid, torch.full_like(g, limit), g)
+
+
+def leave_one_out(rewards: torch.Tensor, group: int) -> torch.Tensor:
+    """A_i = R_i − (1/(n−1))·Σ_{j≠i, same group} R_j = n/(n−1)·(R_i − mean_group R)."""
+    r = _grouped(rewards, group, "rewards")
+    baseline = (r.sum(dim=1, keepdim=True) - r) / (group - 1)
+    return (r - baseline).reshape(-1)
+
+
+@dataclass(frozen=True)
+class DPGBatch:
+    """The per-sample quantities of one α-DPG batch (all (N,) except ``log_z``: (N/group,))."""
+
+    advantages: torch.Tensor
+    rewards: torch.Tensor
+    log_t: torch.Tensor
+    log_z: torch.Tensor
+
+
+def dpg_advantages(
+    policy_seq_logps: torch.Tensor,
+    ref_seq_logps: torch.Tensor,
+    valid: torch.Tensor,
+    group: int,
+    divergence: str = "alpha",
+    alpha: float = 0.25,
+    clip: float = 10.0,
+    z_floor: float = 1e-4,
+) -> DPGBatch:
+    """Ẑ → log t → pseudo-rewards → leave-one-out advantages for a batch of consecutive groups (float64)."""
+    log_z = log_partition_estimate(policy_seq_logps, ref_seq_logps, valid, group, z_floor)
+    log_t = log_target_ratio(policy_seq_logps, ref_seq_logps, valid, log_z, group)
+    rewards = pseudo_rewards(log_t, divergence, alpha, clip)
+    return DPGBatch(leave_one_out(rewards, group), rewards, log_t, log_z)
+
+
+def reinforce_loss(
+    seq_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    old_seq_logps: torch.Tensor | None = None,
+    normaliser: float = 1.0,
+    behaviour_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """−mean_i(w_i·A_i)/normaliser with w_i = exp(L^θ_i − L^old_i) (log-ratio clamped to ±20) times an optional
+    fixed ``behaviour_weight`` (e.g. vLLM's π_old/π_sampler).
+
+    ``seq_logps`` L^θ_i carries the gradient; without ``old_seq_logps`` the samples are taken as fresh (L^old =
+    L^θ detached): w = 1 in value and the gradient is −mean_i(A_i·∇L^θ_i)/normaliser (REINFORCE).
+    """
+    old = seq_logps.detach() if old_seq_logps is None else old_seq_logps.to(seq_logps.dtype)
+    weight = torch.exp((seq_logps - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    if behaviour_weight is not None:
+        weight = weight * behaviour_weight.to(weight.dtype)
+    return -(weight * advantages.to(weight.dtype)).mean() / normaliser
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Config and trainer
+
+
+@dataclass
+class DPGConfig(GRPOConfig):
+    """``GRPOConfig`` plus α-DPG settings. ``beta`` is managed internally (see the module docstring): leave it 0."""
+
+    dpg_divergence: str = field(
+        default="alpha", metadata={"help": "Divergence to p* descended: alpha (α-DPG), forward_kl, js."}
+    )
+    dpg_alpha: float = field(
+        default=0.25,
+        metadata={"help": "α of α-DPG, in (0, 1); α-DPG's convention: α→1 reverse KL, α→0 forward KL."},
+    )
+    dpg_clip: float = field(default=10.0, metadata={"help": "M: pseudo-rewards are clipped above at M."})
+    dpg_z_floor: float = field(
+        default=1e-4, metadata={"help": "Ẑ of a group with no valid sample (keeps log Ẑ finite)."}
+    )
+    validity_reward_index: int = field(
+        default=0, metadata={"help": "Which reward function decides validity v (score == 1)."}
+    )
+
+    def __post_init__(self) -> None:
+        self.check_dpg()
+        if self.beta not in (0.0, REF_BETA):
+            raise ConfigError(
+                f"beta={self.beta} is set with trainer 'dpg', whose loss has no KL term; remove beta from the recipe"
+            )
+        # makes TRL compute reference log-probs (DPGTrainer._compute_loss adds no KL); REF_BETA itself is accepted
+        # above so that a resolved recipe (which records beta = REF_BETA) can be read back
+        self.beta = REF_BETA
+        super().__post_init__()
+
+    def check_dpg(self) -> None:
+        """One-line errors for the DPG keys (called before any model loads)."""
+        check_dpg(self.dpg_divergence, self.dpg_alpha, self.dpg_clip, self.dpg_z_floor)
+        if self.validity_reward_index < 0:
+            raise ConfigError(f"validity_reward_index must be >= 0, got {self.validity_reward_index}")
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ConfigError(
+                f"trainer 'dpg' needs num_generations >= 2 (leave-one-out baseline), got {self.num_generations}"
+            )
+        if (
+            self.use_vllm
+            and self.vllm_importance_sampling_correction
+            and self.vllm_importance_sampling_mode.startswith("token")
+        ):
+            raise ConfigError(
+                f"trainer 'dpg' weights whole sequences: set vllm_importance_sampling_mode to sequence_mask or "
+                f"sequence_truncate, not {self.vllm_importance_sampling_mode!r}"
+            )
+
+
+class DPGTrainer(GRPOTrainer):
+    """α-DPG / f-DPG on top of TRL's generation, reward and reference machinery (see the module docstring)."""
+
+    _tag_names = ["trl", "grpo", "rlvr-div", "dpg"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.args.validity_reward_index >= len(self.reward_funcs):
+            raise ConfigError(
+                f"validity_reward_index={self.args.validity_reward_index} but only {len(self.reward_funcs)} reward "
+                "function(s) are given"
+            )
+        self._dpg_valid: torch.Tensor | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        from rlvr_div.trainers.grpo import group_diversity
+
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._dpg_valid = rewards_per_func[:, self.args.validity_reward_index] == 1.0  # gathered; NaN → invalid
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        texts = gather_object([completion_text(c).strip() for c in completions])
+        for name, value in group_diversity(self._dpg_valid.cpu(), texts, group).items():
+            self._metrics[mode][f"diversity/{name}"].append(value)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        policy = output.get("old_per_token_logps")
+        if policy is None:  # on-policy: TRL skipped π_old; one no-grad forward gives L_i
+            policy = self._policy_logps_no_grad(output, mode)
+        local_policy = (policy * mask).sum(-1)
+        local_ref = (output["ref_per_token_logps"] * mask).sum(-1)
+        policy_seq = self.accelerator.gather(local_policy.float())
+        ref_seq = self.accelerator.gather(local_ref.float())
+        valid = self._dpg_valid.to(policy_seq.device)
+        a = self.args
+        batch = dpg_advantages(
+            policy_seq, ref_seq, valid, group, a.dpg_divergence, a.dpg_alpha, a.dpg_clip, a.dpg_z_floor
+        )
+        n_local = mask.size(0)
+        start = self.accelerator.process_index * n_local
+        output["advantages"] = batch.advantages[start : start + n_local].to(mask.device, torch.float32)
+        self._log_dpg(batch, valid, mode)
+        logged = self._logs["advantages"]
+        for _ in range(min(len(logged), batch.advantages.numel())):
+            logged.pop()
+        logged.extend(batch.advantages.tolist())
+        return output
+
+    def _policy_logps_no_grad(self, output: dict[str, Any], mode: str) -> torch.Tensor:
+        """Per-token log-probs of the current policy on the generated batch (text-only inputs), without gradient."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, output["completion_ids"].size(1), batch_size=batch_size
+            )
+        return logps
+
+    def _log_dpg(self, batch: DPGBatch, valid: torch.Tensor, mode: str) -> None:
+        metrics = self._metrics[mode]
+        has_valid = valid.view(batch.log_z.numel(), -1).any(dim=1)
+        metrics["dpg/z_mean"].append(batch.log_z.exp().mean().item())
+        metrics["dpg/no_valid_frac"].append((~has_valid).float().mean().item())
+        metrics["dpg/invalid_frac"].append((~valid).float().mean().item())
+        metrics["dpg/pseudo_reward_min"].append(batch.rewards.min().item())
+        metrics["dpg/pseudo_reward_mean"].append(batch.rewards.mean().item())
+        metrics["dpg/pseudo_reward_max"].append(batch.rewards.max().item())
+        divergence = divergence_estimate(batch.log_t, self.args.dpg_divergence, self.args.dpg_alpha)
+        metrics["dpg/divergence"].append(divergence.mean().item())
+        metrics["dpg/clip_frac"].append((batch.rewards >= self.args.dpg_clip - 1e-9).float().mean().item())
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """Sequence-level REINFORCE with the DPG advantages: −mean_i(w_i·A_i)/L_max (see ``reinforce_loss``)."""
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        seq = (logps * mask).sum(-1)
+        old = inputs.get("old_per_token_logps")
+        old_seq = None if old is None else (old * mask).sum(-1)
+        behaviour = inputs.get("importance_sampling_ratio")  # vLLM: π_old/π_sampler, (B, 1) in sequence modes
+        if behaviour is not None:
+            behaviour = behaviour.view(behaviour.size(0), -1)[:, 0]
+        loss = reinforce_loss(seq, inputs["advantages"], old_seq, float(self.max_completion_length), behaviour)
+        mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+        totals = self.accelerator.reduce(
+            torch.stack([(entropies.detach() * mask).sum(), mask.sum().float()]), reduction="sum"
+        )
+        self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        if old_seq is not None:
+            w = torch.exp((seq.detach() - old_seq).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+            self._metrics[mode]["dpg/is_weight_mean"].append(self.accelerator.gather(w).mean().item())
+        return loss

@@ -1,0 +1,262 @@
+"""β ↔ μ closed forms against brute-force enumeration, the calibrate CLI, and the validity-target controller."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from rlvr_div.calibration import (
+    ValidityTargetController,
+    beta_for,
+    implied_validity_report,
+    kl_filtered_to_tilted,
+    kl_tilted_to_base,
+    main,
+    read_counts,
+    validity_at,
+)
+from rlvr_div.cli import run_command
+from rlvr_div.errors import ConfigError
+
+BETAS = (5.0, 1.0, 0.5, 0.33, 0.2, 0.1, 0.05, 0.02)
+
+
+def _random_world(seed: int, n: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    log_a = (torch.randn(n, generator=g, dtype=torch.float64) * 2).log_softmax(0)
+    valid = torch.rand(n, generator=g, dtype=torch.float64) < 0.3
+    valid[0], valid[1] = True, False
+    return log_a, valid
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("beta", BETAS)
+def test_closed_forms_match_enumeration(seed: int, beta: float) -> None:
+    log_a, valid = _random_world(seed)
+    a_rate = float(log_a.exp()[valid].sum())
+    log_p = (log_a + valid.double() / beta).log_softmax(0)  # p_β ∝ a·e^{v/β}, normalised by brute force
+    p = log_p.exp()
+    mu = float(p[valid].sum())
+    log_star = log_a[valid] - math.log(a_rate)
+    assert abs(validity_at(beta, a_rate) - mu) < 1e-9
+    assert abs(kl_tilted_to_base(beta, a_rate) - float((p * (log_p - log_a)).sum())) < 1e-9
+    assert abs(kl_filtered_to_tilted(beta, a_rate) - float((log_star.exp() * (log_star - log_p[valid])).sum())) < 1e-9
+    if mu < 1 - 1e-12:  # β(μ, A) inverts μ(β, A) where μ is representable
+        assert abs(beta_for(mu, a_rate) - beta) < 1e-6 * beta
+
+
+def test_worked_examples_from_methods() -> None:
+    assert beta_for(0.9, 0.3) == pytest.approx(0.3285, abs=1e-4)
+    assert validity_at(0.001, 0.3) == pytest.approx(1.0, abs=1e-12)
+    assert kl_filtered_to_tilted(0.001, 0.3) >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        (validity_at, (1.0, 0.0)),
+        (validity_at, (1.0, 1.0)),
+        (validity_at, (0.0, 0.3)),
+        (validity_at, (-1.0, 0.3)),
+        (beta_for, (0.3, 0.3)),
+        (beta_for, (0.2, 0.3)),
+        (beta_for, (1.0, 0.3)),
+        (beta_for, (float("nan"), 0.3)),
+    ],
+)
+def test_bad_inputs_raise_one_line_config_error(fn, args) -> None:
+    with pytest.raises(ConfigError) as e:
+        fn(*args)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_target_validity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--base-rate", "0.3", "--target-validity", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "0.328459" in out
+    assert f"{kl_tilted_to_base(beta_for(0.9, 0.3), 0.3):.6g}" in out
+    assert f"{-math.log(0.9):.6g}" in out
+
+
+def test_cli_beta_gives_validity(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--base-rate", "0.3", "--beta", "0.5"]) == 0
+    assert f"{validity_at(0.5, 0.3):.6g}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--base-rate", "0.3", "--target-validity", "0.2"],
+        ["--base-rate", "1.5", "--target-validity", "0.9"],
+        ["--target-validity", "0.9"],
+        ["--base-rate", "0.3"],
+        ["--base-rate", "0.3", "--target-validity", "0.9", "--beta", "1"],
+        ["--from-samples", "/nonexistent/samples.jsonl", "--beta", "0.5"],
+    ],
+)
+def test_cli_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def _write_samples(path, rows) -> None:
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_from_samples_distribution(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(0)
+    rows, rates = [], []
+    for i in range(40):
+        c = rng.randint(1, 15)
+        rows.append({"correct": [j < c for j in range(16)]} if i % 2 else {"c": c, "n": 16})
+        rates.append(c / 16)
+    rows += [{"c": 0, "n": 16}, {"c": 0, "n": 16}, {"correct": [True] * 16}]
+    path = tmp_path / "samples.jsonl"
+    _write_samples(path, rows)
+    counts = read_counts(path)
+    assert [pc.rate for pc in counts[:40]] == rates
+    beta = 0.4
+    mus = sorted(validity_at(beta, a) for a in rates)
+    report = implied_validity_report(counts, beta)
+    assert "A = 0: 2 prompts" in report and "A = 1: 1 prompts" in report
+    n_inner = len(rates)
+    assert f"0 < A < 1: {n_inner} prompts" in report
+    med = torch.quantile(torch.tensor(mus, dtype=torch.float64), 0.5).item()
+    assert f"q50 {med:.4f}" in report
+    assert f"q00 {min(mus):.4f}" in report
+    hist = [line for line in report.splitlines() if line.strip().startswith("[")]
+    assert len(hist) == 10 and sum(int(line.split()[2]) for line in hist) == n_inner
+    assert main(["--from-samples", str(path), "--beta", str(beta)]) == 0
+    assert "histogram of mu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"c": 3}', '{"correct": [true, 2]}', '{"c": 5, "n": 3}', "not json", '{"correct": []}'],
+)
+def test_from_samples_bad_lines(tmp_path, line: str) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_text('{"c": 1, "n": 4}\n' + line + "\n")
+    with pytest.raises(ConfigError, match="line 2"):
+        read_counts(path)
+
+
+def test_from_samples_needs_beta(tmp_path) -> None:
+    path = tmp_path / "samples.jsonl"
+    _write_samples(path, [{"c": 1, "n": 4}])
+    with pytest.raises(ConfigError, match="--beta"):
+        main(["--from-samples", str(path)])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The controller, against simulated environments
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def _run(ctrl: ValidityTargetController, steps: int, validity_of_step, n: int = 64, seed: int = 0) -> list[float]:
+    """Run the loop; returns the running validity after each step. ``validity_of_step(t, beta)`` is the policy's
+    true validity; the batch is Binomial(n, that) / n."""
+    rng = random.Random(seed)
+    out = []
+    for t in range(steps):
+        v = validity_of_step(t, ctrl.beta)
+        batch = sum(rng.random() < v for _ in range(n)) / n
+        ctrl.update(batch, n)
+        out.append(ctrl.running_validity)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("base_rate", "target", "init_beta"), [(0.2, 0.9, 1.0), (0.3, 0.7, 0.05), (0.05, 0.6, 5.0)])
+def test_controller_tracks_target_on_the_tilted_model(seed, base_rate, target, init_beta) -> None:
+    """Policy validity = μ(β, A) exactly (the unrestricted optimum), batches of 64 Bernoulli samples."""
+    ctrl = ValidityTargetController(init_beta, target)
+    running = _run(ctrl, 100, lambda t, beta: validity_at(beta, base_rate), seed=seed)
+    assert max(abs(m - target) for m in running[50:]) <= 0.05
+    assert ctrl.beta == pytest.approx(beta_for(target, base_rate), rel=0.35)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_controller_tracks_target_with_lag_and_drift(seed) -> None:
+    """A policy that moves only part-way toward μ(β, A_t) each step (logit space), while its base rate A_t drifts
+    from 0.2 to 0.45 as it learns; plus Gaussian noise on the batch rate."""
+    target, state = 0.9, {"logit": _logit(0.2)}
+    rng = random.Random(100 + seed)
+
+    def validity(t: int, beta: float) -> float:
+        a_t = 0.2 + 0.25 * min(t / 100, 1.0)
+        state["logit"] += 0.3 * (_logit(validity_at(beta, a_t)) - state["logit"])
+        v = 1 / (1 + math.exp(-state["logit"])) + rng.gauss(0, 0.02)
+        return min(max(v, 0.0), 1.0)
+
+    ctrl = ValidityTargetController(None, target, base_rate=0.2)
+    running = _run(ctrl, 100, validity, seed=seed)
+    assert max(abs(m - target) for m in running[50:]) <= 0.05
+
+
+def test_controller_gain_one_jumps_to_closed_form() -> None:
+    """gain 1, no proportional term, a policy at its tilted optimum: one update recovers A and β* exactly."""
+    ctrl = ValidityTargetController(2.0, 0.9, gain=1.0, prop_gain=0.0, max_step=100.0)
+    assert ctrl.base_rate_estimate == pytest.approx(1 / (1 + math.exp(0.5) / 9))  # logit Â = logit 0.9 − 1/2
+    ctrl.update(validity_at(2.0, 0.25), 64)  # first batch initialises the running rate: m = μ(2, 0.25)
+    assert ctrl.base_rate_estimate == pytest.approx(0.25, rel=1e-9)
+    assert ctrl.beta == pytest.approx(beta_for(0.9, 0.25), rel=1e-9)
+
+
+def test_controller_direction_clip_and_bounds() -> None:
+    ctrl = ValidityTargetController(0.5, 0.8, beta_min=0.1, beta_max=2.0, max_step=0.5, gain=1.0, prop_gain=0.0)
+    beta0 = ctrl.beta
+    ctrl.update(0.5, 32)  # below target: β must drop (stronger pull toward validity)
+    assert ctrl.beta < beta0
+    assert 1 / ctrl.beta - 1 / beta0 == pytest.approx(0.5)  # the error (logit 0.5 − logit 0.8 = −1.39) is clipped
+    for _ in range(200):
+        ctrl.update(1.0, 32)  # always valid: β rises to the cap
+    assert ctrl.beta == 2.0
+    for _ in range(200):
+        ctrl.update(0.0, 32)
+    assert ctrl.beta == 0.1
+
+
+def test_controller_init_from_base_rate_and_state_roundtrip() -> None:
+    ctrl = ValidityTargetController(None, 0.9, base_rate=0.3)
+    assert ctrl.beta == pytest.approx(beta_for(0.9, 0.3))
+    assert ctrl.running_validity is None and ctrl.base_rate_estimate == pytest.approx(0.3)
+    ctrl.update(0.5, 16)
+    ctrl.update(0.7, 16)
+    other = ValidityTargetController(1.0, 0.9)
+    other.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))
+    assert other.state_dict() == ctrl.state_dict() and other.steps == 2
+    assert other.update(0.6, 16) == ctrl.update(0.6, 16)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"init_beta": None, "target_validity": 0.9},
+        {"init_beta": 1.0, "target_validity": 1.0},
+        {"init_beta": 1.0, "target_validity": 0.9, "beta_min": 2.0, "beta_max": 1.0},
+        {"init_beta": 1.0, "target_validity": 0.9, "gain": 3.0},
+        {"init_beta": 1.0, "target_validity": 0.9, "prop_gain": -1.0},
+        {"init_beta": -1.0, "target_validity": 0.9},
+        {"init_beta": None, "target_validity": 0.2, "base_rate": 0.3},
+    ],
+)
+def test_controller_bad_config(kwargs) -> None:
+    with pytest.raises(ConfigError):
+        ValidityTargetController(**kwargs)
+
+
+def test_controller_bad_update() -> None:
+    ctrl = ValidityTargetController(1.0, 0.9)
+    with pytest.raises(ConfigError):
+        ctrl.update(1.5, 8)
+    with pytest.raises(ConfigError):
+        ctrl.update(0.5, 0)

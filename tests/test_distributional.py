@@ -1,0 +1,407 @@
+"""α-DPG / f-DPG: pseudo-rewards, Ẑ, baselines and the loss against hand-computed values; the exact gradient on a
+tabular policy; one step descends the exact divergence to p*; the trainer runs (full and LoRA) and refuses bad
+settings in one line before any model loads."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr_div.cli import main as cli_main
+from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.distributional import (
+    DPGConfig,
+    check_dpg,
+    divergence_estimate,
+    dpg_advantages,
+    leave_one_out,
+    log_partition_estimate,
+    log_target_ratio,
+    pseudo_rewards,
+    reinforce_loss,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = str(ROOT / "recipes" / "tiny" / "alpha_dpg.yaml")
+DPG_SPEC = (
+    "dpg",
+    "rlvr_div.trainers.distributional:DPGConfig",
+    "rlvr_div.trainers.distributional:DPGTrainer",
+    "α-DPG / f-DPG: policy gradient toward the filtered model p* = base(·|valid)",
+)
+# Until `dpg` is registered in rlvr_div/trainers/__init__.py, the tests register it themselves (a no-op afterwards).
+REGISTER = (
+    "from rlvr_div.trainers import TRAINERS, TrainerSpec\n"
+    f"if 'dpg' not in TRAINERS: TRAINERS.add('dpg', TrainerSpec(*{DPG_SPEC!r}))\n"
+)
+exec(REGISTER)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hand-computed values
+
+
+def test_partition_estimate_clamps_and_floors():
+    # group 1: valid samples have L^ref − L = −1, −2, −0.5 → Ẑ = (e^−1 + e^−2 + e^−0.5)/4
+    # group 2: no valid sample → floor; group 3: Ẑ = (e^1 + e^1)/4 = 1.36 → clamped to 1
+    policy = torch.tensor([-1.0, -2.0, -3.0, -4.0, -1.0, -1.0, -1.0, -1.0, -2.0, -2.0, -2.0, -2.0])
+    ref = torch.tensor([-2.0, -9.0, -5.0, -4.5, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -7.0, -7.0])
+    valid = torch.tensor([1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0], dtype=torch.bool)
+    log_z = log_partition_estimate(policy, ref, valid, group=4, z_floor=1e-4)
+    z1 = (math.exp(-1) + math.exp(-2) + math.exp(-0.5)) / 4
+    assert log_z.tolist() == pytest.approx([math.log(z1), math.log(1e-4), 0.0])
+    log_t = log_target_ratio(policy, ref, valid, log_z, group=4)
+    assert log_t[0].item() == pytest.approx(-1.0 - (-2.0) + math.log(z1))
+    assert log_t[3].item() == pytest.approx(-4.0 - (-4.5) + math.log(z1))
+    assert log_t[8].item() == pytest.approx(-2.0 - (-1.0) + 0.0)
+    assert torch.isinf(log_t[[1, 4, 5, 6, 7, 10, 11]]).all() and (log_t[[1, 4, 10]] > 0).all()
+
+
+@pytest.mark.parametrize(
+    "divergence, t, expected",
+    [
+        ("alpha", 0.5, 2**0.75 - 1),  # t^{α−1} − 1 at α = 0.25
+        ("alpha", 2.0, 2**-0.75 - 1),
+        ("alpha", 1e-3, 10.0),  # 1e-3^{−0.75} − 1 ≈ 176.8, clipped at M
+        ("alpha", math.inf, -1.0),  # invalid
+        ("forward_kl", 0.5, 1.0),  # 1/t − 1
+        ("forward_kl", 2.0, -0.5),
+        ("forward_kl", 1e-4, 10.0),
+        ("forward_kl", math.inf, -1.0),
+        ("js", 1.0, 0.0),  # log((1 + 1/t)/2)
+        ("js", 0.5, math.log(1.5)),
+        ("js", 3.0, math.log(2 / 3)),
+        ("js", math.inf, -math.log(2)),
+        ("js", 1e-9, 10.0),  # log((1 + 1e9)/2) ≈ 20 clipped at M
+    ],
+)
+def test_pseudo_rewards(divergence, t, expected):
+    r = pseudo_rewards(torch.tensor([math.log(t)], dtype=torch.float64), divergence, alpha=0.25, clip=10.0)
+    assert r.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_alpha_family_tends_to_forward_kl():
+    log_t = torch.tensor([-2.0, -0.3, 0.0, 0.7, 3.0, math.inf])
+    small = pseudo_rewards(log_t, "alpha", alpha=1e-9, clip=1e6)
+    assert torch.allclose(small, pseudo_rewards(log_t, "forward_kl", clip=1e6), atol=1e-6)
+    g_small = divergence_estimate(log_t, "alpha", alpha=1e-6)
+    assert torch.allclose(g_small, divergence_estimate(log_t, "forward_kl"), atol=1e-4)
+
+
+def test_divergence_estimate_values():
+    log_t = torch.tensor([0.0, math.log(2.0), math.inf], dtype=torch.float64)
+    # α = 0.5: g(t) = (t^{-1/2} − 1/2 − 1/(2t))/(−1/4); at t = 2: −4·(0.70711 − 0.5 − 0.25) = 0.17157
+    assert divergence_estimate(log_t, "alpha", 0.5).tolist() == pytest.approx([0.0, 0.1715729, 2.0], rel=1e-6)
+    # forward KL: 1 − (1 + log t)/t; at t = 2: 1 − (1 + 0.69315)/2 = 0.15343
+    assert divergence_estimate(log_t, "forward_kl").tolist() == pytest.approx([0.0, 0.1534264, 1.0], rel=1e-6)
+    # JS: log t − (1 + 1/t)·log((1 + t)/2); at t = 2: 0.69315 − 1.5·log 1.5 = 0.0849495
+    assert divergence_estimate(log_t, "js").tolist() == pytest.approx([0.0, 0.0849495, math.log(2)], rel=1e-6)
+
+
+def test_leave_one_out():
+    a = leave_one_out(torch.tensor([1.0, 2.0, 3.0, 6.0, 0.0, 0.0, 5.0, 1.0]), group=4)
+    assert a.tolist() == pytest.approx([1 - 11 / 3, 2 - 10 / 3, 3 - 3, 6 - 2, -2, -2, 5 - 1 / 3, 1 - 5 / 3])
+    with pytest.raises(ValueError, match="groups of 3"):
+        leave_one_out(torch.zeros(8), group=3)
+
+
+def test_dpg_advantages_end_to_end():
+    # one group of 4, two valid: Ẑ = (e^{−1} + e^{−1})/4 = e^{−1}/2; valid log t = L − L^ref + log Ẑ = 1 + log Ẑ
+    policy = torch.tensor([-1.0, -2.0, -3.0, -4.0])
+    ref = torch.tensor([-2.0, -5.0, -4.0, -4.0])
+    valid = torch.tensor([True, False, True, False])
+    out = dpg_advantages(policy, ref, valid, group=4, divergence="alpha", alpha=0.25, clip=10.0)
+    t = math.exp(1.0) * math.exp(-1.0) / 2  # = 1/2
+    r_valid = t**-0.75 - 1
+    assert out.log_z.item() == pytest.approx(math.log(math.exp(-1) / 2))
+    assert out.rewards.tolist() == pytest.approx([r_valid, -1.0, r_valid, -1.0])
+    mean = (2 * r_valid - 2) / 4
+    assert out.advantages.tolist() == pytest.approx([4 / 3 * (r - mean) for r in out.rewards.tolist()])
+    assert out.advantages.sum().item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_all_invalid_group_has_zero_advantage():
+    out = dpg_advantages(torch.randn(8), torch.randn(8), torch.zeros(8, dtype=torch.bool), group=8)
+    assert (out.rewards == -1).all() and (out.advantages == 0).all()
+    assert out.log_z.item() == pytest.approx(math.log(1e-4))
+
+
+def test_reinforce_loss_value_and_gradient():
+    seq = torch.tensor([-3.0, -5.0, -1.0, -2.0], requires_grad=True)
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.5])
+    loss = reinforce_loss(seq, adv, normaliser=8.0)  # on-policy: weights are 1
+    assert loss.item() == pytest.approx(-adv.mean().item() / 8)
+    (grad,) = torch.autograd.grad(loss, seq)
+    assert grad.tolist() == pytest.approx((-adv / (4 * 8)).tolist())
+    old = torch.tensor([-3.5, -5.0, -0.5, -2.0])
+    loss = reinforce_loss(seq, adv, old_seq_logps=old, normaliser=8.0)
+    w = torch.exp(seq.detach() - old)
+    assert loss.item() == pytest.approx(-(w * adv).mean().item() / 8)
+    (grad,) = torch.autograd.grad(loss, seq)
+    assert grad.tolist() == pytest.approx((-w * adv / 32).tolist())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("nope", 0.25, 10.0, 1e-4), "unknown dpg_divergence 'nope'"),
+        (("alpha", 0.0, 10.0, 1e-4), "dpg_alpha must be in (0, 1)"),
+        (("alpha", 1.0, 10.0, 1e-4), "dpg_alpha must be in (0, 1)"),
+        (("js", 0.25, 0.0, 1e-4), "dpg_clip"),
+        (("alpha", 0.25, 10.0, 0.0), "dpg_z_floor"),
+    ],
+)
+def test_check_dpg(args, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_dpg(*args)
+
+
+def test_config_manages_beta(tmp_path):
+    cfg = DPGConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False
+    )
+    assert cfg.beta != 0.0  # TRL computes reference log-probs
+    with pytest.raises(ConfigError, match="no KL term"):
+        DPGConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            activation_checkpointing=False,
+            beta=0.04,
+        )
+    with pytest.raises(ConfigError, match="dpg_alpha"):
+        DPGConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            activation_checkpointing=False,
+            dpg_alpha=1.5,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Exact setting: a tabular (softmax) policy over K enumerable "sequences"
+
+K = 20
+
+
+def _world(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    log_a = torch.log_softmax(1.5 * torch.randn(K, generator=g, dtype=torch.float64), 0)
+    valid = torch.zeros(K, dtype=torch.bool)
+    valid[torch.randperm(K, generator=g)[:6]] = True
+    theta0 = log_a + 0.7 * torch.randn(K, generator=g, dtype=torch.float64)  # a policy away from the base
+    return log_a, valid, theta0
+
+
+def _generator(name: str, alpha: float):
+    """f with f(1) = 0 and the limit f(t)/t at t → ∞ (the cost of π's mass outside p*'s support)."""
+    if name == "alpha":
+        return (lambda t: (t**alpha - alpha * t - (1 - alpha)) / (alpha * (alpha - 1))), 1 / (1 - alpha)
+    if name == "forward_kl":
+        return (lambda t: t - 1 - torch.log(t)), 1.0
+    return (lambda t: t * torch.log(t) - (t + 1) * torch.log((t + 1) / 2)), math.log(2)
+
+
+def _exact_divergence(theta, log_a, valid, name, alpha):
+    """D_f(π‖p*) = Σ_{valid} p*·f(π/p*) + π(invalid)·lim f(t)/t, by enumeration."""
+    f, limit = _generator(name, alpha)
+    log_pi = torch.log_softmax(theta, 0)
+    log_p = log_a - torch.logsumexp(log_a[valid], 0)
+    t = torch.exp(log_pi[valid] - log_p[valid])
+    return (torch.exp(log_p[valid]) * f(t)).sum() + torch.exp(log_pi[~valid]).sum() * limit
+
+
+@pytest.mark.parametrize(
+    "name, alpha, scale", [("alpha", 0.25, 0.75), ("alpha", 0.6, 0.4), ("forward_kl", 0, 1.0), ("js", 0, 1.0)]
+)
+def test_expected_pseudo_reward_gradient_is_the_divergence_gradient(name, alpha, scale):
+    """With the exact Ẑ = A and no clipping, E_π[R·∇log π] = −scale·∇D_f(π‖p*) (scale = 1 − α for alpha)."""
+    log_a, valid, theta0 = _world()
+    theta = theta0.clone().requires_grad_(True)
+    (grad_d,) = torch.autograd.grad(_exact_divergence(theta, log_a, valid, name, alpha), theta)
+    log_pi = torch.log_softmax(theta0, 0)
+    log_z = torch.logsumexp(log_a[valid], 0)
+    log_t = torch.where(valid, log_pi - log_a + log_z, torch.full_like(log_pi, math.inf))
+    r = pseudo_rewards(log_t, name, alpha, clip=1e12)
+    pi = log_pi.exp()
+    expected_grad = pi * (r - (pi * r).sum())  # Σ_y π(y)·R(y)·∇_θ log π(y) for a softmax policy
+    assert torch.allclose(expected_grad, -scale * grad_d, atol=1e-10)
+    # and E_π[g(t)] is the divergence itself
+    d = _exact_divergence(theta0, log_a, valid, name, alpha).item()
+    assert (pi * divergence_estimate(log_t, name, alpha)).sum().item() == pytest.approx(d, rel=1e-9)
+
+
+def _sampled_step(name: str, alpha: float, n: int, groups: int = 4000):
+    """Gradient of the full sampled pipeline (Ẑ from each group of n, clip M = 10, leave-one-out, REINFORCE loss)
+    on samples of the tabular policy, its cosine with ∇D_f(π‖p*), and the exact D before/after one small step."""
+    log_a, valid, theta0 = _world()
+    theta = theta0.clone().requires_grad_(True)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        samples = torch.multinomial(torch.softmax(theta0, 0), groups * n, replacement=True, generator=g)
+    seq = torch.log_softmax(theta, 0)[samples]  # L_i, differentiable in θ
+    out = dpg_advantages(seq.detach(), log_a[samples], valid[samples], n, name, alpha, clip=10.0)
+    loss = reinforce_loss(seq, out.advantages, normaliser=1.0)
+    (grad_loss,) = torch.autograd.grad(loss, theta)
+    theta_d = theta0.clone().requires_grad_(True)
+    d0 = _exact_divergence(theta_d, log_a, valid, name, alpha)
+    (grad_d,) = torch.autograd.grad(d0, theta_d)
+    cosine = torch.nn.functional.cosine_similarity(grad_loss, grad_d, dim=0).item()
+    d1 = _exact_divergence(theta0 - 0.05 * grad_loss / grad_loss.norm(), log_a, valid, name, alpha)
+    return cosine, d0.item(), d1.item()
+
+
+@pytest.mark.parametrize("name", ["alpha", "forward_kl", "js"])
+@pytest.mark.parametrize("n", [4, 8])
+def test_one_sampled_dpg_step_decreases_exact_divergence(name, n):
+    """One small step along the sampled α-DPG / f-DPG gradient lowers the exact D_f(π‖p*) (α = 0.25)."""
+    cosine, d0, d1 = _sampled_step(name, 0.25, n)
+    assert cosine > 0.7, cosine  # Ẑ from a small group is biased (see below), the direction is still a descent one
+    assert d1 < d0 - 1e-3, (d0, d1)
+
+
+def test_partition_estimate_bias_shrinks_with_group_size():
+    """With few valid samples per group, Ẑ (hence t) is biased: the sampled gradient aligns better with ∇D as the
+    group grows (the policy here puts 12% of its mass on valid sequences)."""
+    cos4, _, _ = _sampled_step("alpha", 0.25, 4)
+    cos32, _, _ = _sampled_step("alpha", 0.25, 32)
+    assert cos32 > 0.95 and cos32 > cos4 + 0.02, (cos4, cos32)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The trainer on the tiny model
+
+
+def _trainer(tmp_path, tiny_path, **kw):
+    from rlvr_div.models import load_tokenizer
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.tasks import get_task
+    from rlvr_div.trainers.distributional import DPGTrainer
+
+    base = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, num_generations=8, max_completion_length=8,
+        bf16=False, use_cpu=True, report_to="none", seed=0, activation_checkpointing=False, logging_steps=1,
+    )  # fmt: skip
+    args = DPGConfig(**{**base, **kw})
+    return DPGTrainer(
+        model=tiny_path,
+        reward_funcs=[get_reward("pair_sum")],
+        args=args,
+        train_dataset=get_task("pairsum", size=16),
+        processing_class=load_tokenizer(tiny_path),
+    )
+
+
+def test_trainer_advantages_and_loss_match_the_formulas(tmp_path, tiny_path):
+    torch.manual_seed(0)
+    trainer = _trainer(tmp_path, tiny_path)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
+    inputs = trainer._generate_and_score_completions(rows)
+    assert "ref_per_token_logps" in inputs
+    # recompute every quantity by hand from the model, its reference and the reward
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    mask, keep = inputs["completion_mask"], inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        pol = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep)[0]
+        ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, att, keep)[0]
+    valid = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])) == 1.0  # TRL's own record of the rewards
+    expected = dpg_advantages((pol * mask).sum(-1), (ref * mask).sum(-1), valid, 8)
+    assert torch.allclose(inputs["advantages"], expected.advantages.float(), atol=1e-5)
+    metrics = trainer._metrics["train"]
+    assert metrics["dpg/invalid_frac"][-1] == pytest.approx(1 - valid.float().mean().item())
+    assert metrics["dpg/pseudo_reward_max"][-1] == pytest.approx(expected.rewards.max().item(), rel=1e-5)
+    assert metrics["diversity/valid_rate"][-1] == pytest.approx(valid.float().mean().item())
+    # the loss: plain REINFORCE on sequence log-probs, normalised by max_completion_length, no KL term
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    with torch.no_grad():  # move the policy away from its reference: a KL term would no longer vanish
+        params[0].add_(0.05 * torch.randn_like(params[0]))
+    loss = trainer._compute_loss(trainer.model, inputs)
+    seq = (trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep)[0] * mask).sum(-1)
+    manual = -(inputs["advantages"] * seq).mean() / trainer.max_completion_length
+    assert loss.item() == pytest.approx(-inputs["advantages"].mean().item() / 8, abs=1e-6)
+    g_loss = torch.autograd.grad(loss, params[:2])
+    g_manual = torch.autograd.grad(manual, params[:2])
+    for a, b in zip(g_loss, g_manual):
+        assert torch.allclose(a, b, atol=1e-7)
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    code = REGISTER + "import sys\nfrom rlvr_div.cli import run_command\nfrom rlvr_div.train import main\n"
+    code += "sys.exit(run_command(main, sys.argv[1:]))\n"
+    cmd = [sys.executable, "-c", code, "--config", RECIPE, "--output_dir", str(out), "--disable_tqdm", "true", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_recipe_short_run(lora, tmp_path, tiny_path):
+    out = tmp_path / "run"
+    extra = ["--max_steps", "2", "--save_steps", "100", "--per_device_train_batch_size", "32"]
+    res = _run(out, *extra, *(["--use_peft", "true"] if lora else []))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [x for x in _metrics(out) if "dpg/z_mean" in x]
+    assert [x["step"] for x in lines] == [1, 2]
+    assert all(0 < x["dpg/z_mean"] <= 1 and x["dpg/pseudo_reward_min"] >= -1 for x in lines)
+    assert (out / ("adapter_config.json" if lora else "model.safetensors")).exists()
+
+
+def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
+    out = tmp_path / "offpolicy"
+    res = _run(out, "--max_steps", "2", "--num_iterations", "2", "--per_device_train_batch_size", "32")
+    assert res.returncode == 0, res.stderr[-3000:]
+    weights = [x["dpg/is_weight_mean"] for x in _metrics(out) if "dpg/is_weight_mean" in x]
+    assert weights and all(0.5 < w < 2.0 for w in weights)
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    import transformers
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the bad input was reported")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
+    monkeypatch.setattr("rlvr_div.models.tiny_model_path", boom)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--dpg_alpha", "1.5"], "dpg_alpha must be in (0, 1)"),
+        (["--dpg_divergence", "reverse_kl"], "unknown dpg_divergence 'reverse_kl'"),
+        (["--dpg_clip", "-1"], "dpg_clip"),
+        (["--beta", "0.04"], "no KL term"),
+        (["--num_generations", "1", "--per_device_train_batch_size", "8"], "num_generations >= 2"),
+    ],
+)
+def test_bad_settings_fail_in_one_line(extra, message, capsys, no_model_loads, tmp_path):
+    rc = cli_main(["train", "--config", RECIPE, "--output_dir", str(tmp_path), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True])
+def test_recipe_trains_50_steps(lora, tmp_path, tiny_path):
+    out = tmp_path / "run50"
+    res = _run(out, "--save_steps", "100", *(["--use_peft", "true"] if lora else []))
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [x for x in _metrics(out) if "dpg/divergence" in x]
+    assert [x["step"] for x in lines] == list(range(1, 51))
+    assert all(math.isfinite(x["dpg/divergence"]) and math.isfinite(x["loss"]) for x in lines)

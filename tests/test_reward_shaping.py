@@ -1,0 +1,164 @@
+"""Reward transforms for diversity (MARA, unlikeliness, PKPO) against hand-computed values; PKPO's gradient estimate
+is unbiased for ∇ pass@k by exact enumeration; invalid settings fail in one line; the tiny recipes' values pass."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.reward_shaping import (
+    check_reward_shaping,
+    mara_rewards,
+    pass_at_k_estimate,
+    pkpo_advantages,
+    pkpo_rewards,
+    unlikeliness_rewards,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN = float("nan")
+
+
+def _same(a: torch.Tensor, expected: list[float]) -> bool:
+    return torch.allclose(a.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-9, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# MARA
+
+
+def test_mara_hand_values():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, NAN, 1.0, 1.0, 0.0])
+    ref = torch.tensor([-3.0, -1.0, -0.5, -2.0, -1.0, -2.0, -3.0, -4.0, -1.0, -2.0, -2.0, -1.0])
+    out = mara_rewards(rewards, ref, group=4, tau=1.0, beta=0.1)
+    # group 1: H = {0, 1, 3}, anchor 1 (L^ref = −1): R̄_0 = 1 + 0.1·2, R̄_3 = 1 + 0.1·1; sample 2 (R < τ) unchanged
+    # group 2: H empty, unchanged; group 3: NaN never in H, tie between 9 and 10 → anchor 9
+    assert _same(out, [1.2, 1.0, 0.0, 1.1, 0, 0, 0, 0, NAN, 1.0, 1.0, 0.0])
+
+
+def test_mara_equalises_the_kl_optimum_on_high_reward_samples():
+    g = torch.Generator().manual_seed(0)
+    rewards = (torch.rand(64, generator=g) < 0.5).float()
+    ref = -5 * torch.rand(64, generator=g, dtype=torch.float64)
+    beta = 0.2
+    out = mara_rewards(rewards.double(), ref, group=8, tau=0.5, beta=beta).view(8, 8)
+    # π* ∝ π_ref·exp(R̄/β): log-weights R̄/β + L^ref are equal across each group's high-reward samples
+    logw = out / beta + ref.view(8, 8)
+    for row, high in zip(logw, rewards.view(8, 8) >= 0.5):
+        if high.any():
+            assert torch.allclose(row[high], row[high][0].expand(int(high.sum())), atol=1e-9)
+
+
+def test_mara_refuses_beta_zero():
+    with pytest.raises(ConfigError, match="β > 0"):
+        mara_rewards(torch.ones(4), torch.zeros(4), group=4, tau=1.0, beta=0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Unlikeliness
+
+
+def test_unlikeliness_hand_values():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    logp = torch.tensor([-1.0, -5.0, -3.0, -2.0])
+    # correct samples by increasing likelihood: 2 (rank 0), 3 (rank 1), 0 (rank 2); factor 1 − 0.25·rank/4
+    assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=0.25), [0.875, 0.0, 1.0, 0.9375])
+    # among all four: 1 (rank 0), 2 (1), 3 (2), 0 (3)
+    assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=0.25, among="all"), [0.8125, 0.0, 0.9375, 0.875])
+
+
+def test_unlikeliness_ties_nan_and_groups():
+    rewards = torch.tensor([1.0, 1.0, NAN, 0.0, 1.0, 1.0, 1.0, 1.0])
+    logp = torch.tensor([-2.0, -2.0, -9.0, -1.0, -1.0, -2.0, -3.0, -4.0])
+    out = unlikeliness_rewards(rewards, logp, group=4, lam=0.5)
+    # group 1: tie → batch order (0 rank 0, 1 rank 1), NaN stays NaN; group 2: ranks 3, 2, 1, 0
+    assert _same(out, [1.0, 1 - 0.5 / 4, NAN, 0.0, 1 - 0.5 * 3 / 4, 1 - 0.5 * 2 / 4, 1 - 0.5 / 4, 1.0])
+    assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=0.0), rewards.tolist())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PKPO
+
+
+@pytest.mark.parametrize("n", [1, 4, 8, 16])
+def test_pass_at_k_estimate_matches_product_form(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            product = 1.0 if n - c < k else 1 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
+            assert pass_at_k_estimate(n, c, k) == pytest.approx(product, abs=1e-12)
+
+
+def test_pkpo_hand_values():
+    correct = torch.tensor([1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0], dtype=torch.bool)
+    # k = 2, n = 4: correct k/n = 0.5; incorrect 0.5·ρ(3, c, 1) = 0.5·c/3
+    assert _same(pkpo_rewards(correct, group=4, k=2), [0.5, 1 / 3, 0.5, 1 / 3, 0, 0, 0, 0, 0.5, 1 / 6, 1 / 6, 1 / 6])
+    # baselined: correct (k/n)·C(n−c, k−1)/C(n−1, k−1), incorrect 0
+    assert _same(pkpo_advantages(correct, group=4, k=2), [1 / 3, 0, 1 / 3, 0, 0, 0, 0, 0, 0.5, 0, 0, 0])
+    # k = 1 is the plain reward / n; k = n rewards only a group's single correct sample
+    assert _same(pkpo_rewards(correct, group=4, k=1), (correct.float() / 4).tolist())
+    assert _same(pkpo_advantages(correct, group=4, k=4), [0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0])
+
+
+@pytest.mark.parametrize("n, k", [(4, 1), (4, 2), (4, 4), (6, 3), (6, 5)])
+def test_pkpo_gradient_is_unbiased_by_enumeration(n, k):
+    """Bernoulli policy with success probability p (logit θ): E[Σ_i r_i·∂_θ log π(x_i)] = ∂_θ pass@k exactly, for the
+    raw rewards and for the leave-one-out baselined advantages; centring by the group mean (GRPO) is biased."""
+    p = 0.3
+    target = k * (1 - p) ** (k - 1) * p * (1 - p)  # ∂/∂θ [1 − (1 − p)^k], ∂p/∂θ = p(1 − p)
+    est = {"raw": 0.0, "loo": 0.0, "centred": 0.0}
+    for outcome in itertools.product([0, 1], repeat=n):
+        x = torch.tensor(outcome, dtype=torch.bool)
+        prob = p ** int(x.sum()) * (1 - p) ** (n - int(x.sum()))
+        score = x.double() - p  # ∂_θ log π(x_i)
+        raw = pkpo_rewards(x, n, k, torch.float64)
+        est["raw"] += prob * (raw * score).sum().item()
+        est["loo"] += prob * (pkpo_advantages(x, n, k, torch.float64) * score).sum().item()
+        est["centred"] += prob * ((raw - raw.mean()) * score).sum().item()
+    assert est["raw"] == pytest.approx(target, rel=1e-9)
+    assert est["loo"] == pytest.approx(target, rel=1e-9)
+    if k > 1:
+        assert abs(est["centred"] - target) > 1e-3
+
+
+def test_pkpo_bad_k():
+    with pytest.raises(ValueError, match="1 <= k <= group size 4"):
+        pkpo_rewards(torch.ones(8, dtype=torch.bool), group=4, k=5)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation and recipes
+
+
+@pytest.mark.parametrize(
+    "name, beta, params, message",
+    [
+        ("nope", 0.0, {}, "unknown reward_shaping 'nope'"),
+        ("mara", 0.0, {"mara_tau": 1.0}, "inert at β = 0"),
+        ("mara", 0.05, {"mara_tau": float("inf")}, "mara_tau"),
+        ("unlikeliness", 0.0, {"unlikeliness_lambda": 1.5}, "unlikeliness_lambda must be in [0, 1]"),
+        ("unlikeliness", 0.0, {"unlikeliness_rank": "best"}, "unlikeliness_rank"),
+        ("pkpo", 0.0, {"pkpo_k": 0}, "pkpo_k must be an integer >= 1"),
+        ("pkpo", 0.0, {"pkpo_k": 2.5}, "pkpo_k must be an integer"),
+        ("pkpo", 0.0, {"pkpo_k": 9, "num_generations": 8}, "pkpo_k=9 exceeds num_generations=8"),
+        ("none", 0.0, {"pkpo_kk": 2}, "unknown reward shaping parameter 'pkpo_kk'"),
+    ],
+)
+def test_check_reward_shaping(name, beta, params, message):
+    with pytest.raises(ConfigError) as err:
+        check_reward_shaping(name, beta, **params)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("recipe", ["mara", "unlikeliness", "pkpo"])
+def test_tiny_recipes_hold_valid_shaping_settings(recipe):
+    data = yaml.safe_load((ROOT / "recipes" / "tiny" / f"{recipe}.yaml").read_text())
+    assert data["reward_shaping"] == recipe and data["trainer"] == "divergence"
+    keys = ("mara_tau", "unlikeliness_lambda", "unlikeliness_rank", "pkpo_k", "num_generations")
+    params = {k: data[k] for k in keys if k in data}
+    check_reward_shaping(recipe, data.get("divergence_coef", 0.0), **params)
