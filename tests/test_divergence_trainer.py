@@ -136,7 +136,7 @@ def _run_recipe(recipe: str, lora: bool, out: Path, steps: int, batch: int) -> l
 @pytest.mark.parametrize("recipe, lora", RECIPE_RUNS)
 def test_tiny_divergence_recipes_train(recipe, lora, tmp_path, tiny_path):
     logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=2, batch=32)
-    name = yaml.safe_load((ROOT / f"recipes/tiny/{recipe}.yaml").read_text())["divergence"]
+    name = yaml.safe_load((ROOT / f"recipes/tiny/{recipe}.yaml").read_text()).get("divergence", "none")
     assert len(logs) == 2
     assert all(f"divergence/{name}" in x and "diversity/pass_at_group" in x for x in logs)
 
@@ -147,3 +147,18 @@ def test_tiny_divergence_recipes_train(recipe, lora, tmp_path, tiny_path):
 def test_tiny_divergence_recipes_train_50_steps(recipe, lora, tmp_path, tiny_path):
     logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=256)
     assert len(logs) == 50
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    ["pkpo", pytest.param("mara", marks=pytest.mark.slow), pytest.param("unlikeliness", marks=pytest.mark.slow)],
+)
+def test_reward_shaping_recipes_train(recipe, tmp_path, tiny_path):
+    assert len(_run_recipe(recipe, False, tmp_path / recipe, steps=2, batch=32)) == 2
+
+
+def test_mara_without_kl_fails_in_one_line(capsys, tmp_path):
+    rc = cli_main(["train", "--config", str(ROOT / "recipes/tiny/mara.yaml"), "--divergence", "none",
+                   "--divergence_coef", "0", "--output_dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "inert at β = 0" in err[0]

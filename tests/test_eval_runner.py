@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from eval.estimators import pass_at_k, report_ks
+from eval.report import overtake_sentence
 from eval.runner import compare_to_base, read_samples
 from rlvr_div.cli import main as cli_main
 
@@ -186,6 +187,7 @@ def test_base_overtakes_where_the_curves_cross():
     curve_m = pass_at_k([16] * 40, [r["c"] for r in collapsed], range(1, 17)).mean(0)
     first = next(k for k in range(1, 17) if curve_b[k - 1] > curve_m[k - 1])
     assert out["overtake_k"] == first > 1
+    assert f"`base` overtakes `grpo` at k = {first} " in overtake_sentence("grpo", "base", out, 16)
     assert out["lost"] == 20 and out["base_solved"] == 40 and out["gained"] == 0
     assert compare_to_base(collapsed, base, "x")["overtake_k"] == 1
 

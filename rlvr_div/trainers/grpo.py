@@ -51,6 +51,12 @@ from rlvr_div.calibration import ValidityTargetController
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
+from rlvr_div.trainers.reward_shaping import (
+    check_reward_shaping,
+    mara_rewards,
+    pkpo_advantages,
+    unlikeliness_rewards,
+)
 
 GRADIENT_FORMS = ("ratio", "plain")
 BETA_SCHEDULES = ("constant", "validity_target")
@@ -111,6 +117,16 @@ class DivergenceGRPOConfig(GRPOConfig):
         default=256.0, metadata={"help": "validity_target: EMA horizon of the running validity, in completions."}
     )
     controller_gain: float = field(default=0.5, metadata={"help": "validity_target: gain of the β update (0, 2]."})
+    reward_shaping: str = field(
+        default="none",
+        metadata={"help": "Group reward transform: none, mara (needs divergence_coef > 0), unlikeliness, pkpo."},
+    )
+    mara_tau: float = field(default=1.0, metadata={"help": "MARA: rewards >= tau are re-anchored."})
+    unlikeliness_lambda: float = field(default=0.25, metadata={"help": "Unlikeliness reward: λ in [0, 1]."})
+    unlikeliness_rank: str = field(
+        default="correct", metadata={"help": "Unlikeliness reward: rank among 'correct' samples or 'all'."}
+    )
+    pkpo_k: int = field(default=1, metadata={"help": "PKPO: the k of the pass@k objective (<= num_generations)."})
     validity_reward_index: int = field(
         default=0, metadata={"help": "Which reward function decides validity (score == 1) for diversity metrics."}
     )
@@ -152,6 +168,15 @@ class DivergenceGRPOConfig(GRPOConfig):
                 )
             if self.rehearsal_batch_size < 1:
                 raise ConfigError(f"rehearsal_batch_size must be >= 1, got {self.rehearsal_batch_size}")
+        check_reward_shaping(
+            self.reward_shaping,
+            self.divergence_coef if self.divergence != "none" else 0.0,
+            mara_tau=self.mara_tau,
+            unlikeliness_lambda=self.unlikeliness_lambda,
+            unlikeliness_rank=self.unlikeliness_rank,
+            pkpo_k=self.pkpo_k,
+            num_generations=self.num_generations,
+        )
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
         if self.beta_schedule == "validity_target":
@@ -292,6 +317,7 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         group = self.num_generations if mode == "train" else self.num_generations_eval
         texts = gather_object([completion_text(c).strip() for c in completions])
         valid = (rewards_per_func[:, self.args.validity_reward_index] == 1.0).cpu()
+        self._gathered_rewards = rewards_per_func
         stats = group_diversity(valid, texts, group)
         for name, value in stats.items():
             self._metrics[mode][f"diversity/{name}"].append(value)
@@ -300,6 +326,59 @@ class DivergenceGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["controller/beta"].append(self.beta)
             self._metrics[mode]["controller/running_validity"].append(self.controller.running_validity)
         return rewards_per_func
+
+    # -- reward shaping (MARA, unlikeliness, PKPO): advantages recomputed from the transformed rewards
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
+        out = super()._generate_and_score_completions(inputs)
+        if self.args.reward_shaping != "none" and self.model.training:
+            out["advantages"] = self._shaped_advantages(out)
+        return out
+
+    def _seq_logps(self, per_token: torch.Tensor, mask: torch.Tensor, mean: bool = False) -> torch.Tensor:
+        """Sequence log-probs of the local batch (sum, or mean per token), gathered over processes."""
+        total = (per_token * mask).sum(-1)
+        if mean:
+            total = total / mask.sum(-1).clamp(min=1.0)
+        return self.accelerator.gather(total)
+
+    def _shaped_advantages(self, out: dict[str, Any]) -> torch.Tensor:
+        """TRL's group-relative advantages (sum of weighted rewards, group mean, std scaling) on the shaped
+        validity reward; PKPO's advantages are used as they are (centring would bias them)."""
+        args, group = self.args, self.num_generations
+        rewards_per_func = self._gathered_rewards.clone()
+        col = args.validity_reward_index
+        mask = out["completion_mask"]
+        if args.reward_shaping == "pkpo":
+            adv = pkpo_advantages(rewards_per_func[:, col] == 1.0, group, args.pkpo_k).to(mask.device)
+        else:
+            if args.reward_shaping == "mara":
+                ref = self._seq_logps(out["ref_per_token_logps"], mask)
+                rewards_per_func[:, col] = mara_rewards(rewards_per_func[:, col], ref, group, args.mara_tau, self.beta)
+            else:  # unlikeliness: rank by mean per-token log-prob under the sampling policy π_old
+                old = out.get("old_per_token_logps")
+                if old is None:
+                    old = self._policy_logps_no_grad(out)
+                score = self._seq_logps(old, mask, mean=True)
+                rewards_per_func[:, col] = unlikeliness_rewards(
+                    rewards_per_func[:, col], score, group, args.unlikeliness_lambda, args.unlikeliness_rank
+                )
+            rewards = (rewards_per_func * self.reward_weights.to(mask.device).unsqueeze(0)).nansum(dim=1)
+            grouped = rewards.view(-1, group)
+            adv = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
+            if self.scale_rewards == "group":
+                adv = adv / (grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1) + 1e-4)
+            elif self.scale_rewards == "batch":
+                adv = adv / (rewards.std() + 1e-4)
+        local = mask.size(0)
+        start = self.accelerator.process_index * local
+        return adv[start : start + local].to(out["advantages"].dtype)
+
+    @torch.no_grad()
+    def _policy_logps_no_grad(self, out: dict[str, Any]) -> torch.Tensor:
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, out["completion_ids"].size(1))
+        return logps
 
     # -- the validity controller's state travels with checkpoints
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202
