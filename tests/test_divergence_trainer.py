@@ -162,3 +162,17 @@ def test_mara_without_kl_fails_in_one_line(capsys, tmp_path):
                    "--divergence_coef", "0", "--output_dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "inert at β = 0" in err[0]
+
+
+def test_two_process_run_logs_group_metrics(tmp_path, tiny_path):
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "-m", "rlvr_div.train",
+           "--config", str(ROOT / "recipes/tiny/forward_kl.yaml"), "--output_dir", str(out), "--max_steps", "2",
+           "--per_device_train_batch_size", "16", "--save_strategy", "no", "--disable_tqdm", "true"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
+    assert [x["step"] for x in logs] == [1, 2]
+    for x in logs:
+        assert 0.0 <= x["diversity/pass_at_group"] <= 1.0 and x["diversity/distinct_valid"] >= 0
+        assert "divergence/forward_kl" in x

@@ -116,7 +116,8 @@ def test_equivalent_answers_score_one_and_others_zero(reward: MathAccuracy) -> N
 
 
 def test_unparsable_gold_gives_none(reward: MathAccuracy) -> None:
-    assert reward.score(["\\boxed{1}", "no answer", "\\boxed{1}"], answer=["", "}{", "\\text{}"]) == [None, None, None]
+    golds = ["", "}{", "\\text{}", None]
+    assert reward.score(["\\boxed{1}", "no answer", "\\boxed{1}", "\\boxed{1}"], answer=golds) == [None] * 4
 
 
 def test_trl_reward_function_api(reward: MathAccuracy) -> None:

@@ -82,7 +82,9 @@ def last_number(text: str, tail: int = 500) -> str | None:
 
 
 def gold_text(gold: Any) -> str:
-    """A gold answer as text: ``27.0`` -> ``"27"``, strings stripped of surrounding ``$``."""
+    """A gold answer as text: ``27.0`` -> ``"27"``, strings stripped of surrounding ``$``, None -> ``""``."""
+    if gold is None:
+        return ""
     if isinstance(gold, float) and gold.is_integer():
         return str(int(gold))
     return str(gold).strip().strip("$").strip()

@@ -7,7 +7,8 @@ the gold query on the same database:
     bird semantics:    r = 1 if set(P) = set(G), else 0
     partial credit w:  a mismatch scores w · |P ∩ G| / max(|P|, |G|) (∩ of multisets, or sets for bird), w < 1,
                        so only an exact match is *valid* (r = 1).
-    r = None           if the gold query fails, overruns the deadline or returns more than ``max_rows`` rows.
+    r = None           if the gold query fails, overruns the deadline or returns more than ``max_rows`` rows
+                       (an overrun is retried in the next batch).
 
 Floats are compared to 10 significant digits (equivalent queries may sum in a different order); ``3 = 3.0``.
 
@@ -213,6 +214,7 @@ class GoldResult:
     rows: list[tuple] | None
     ordered: bool
     error: str | None = None
+    retry: bool = False  # a timeout or a dead worker may be the machine's fault: try again in the next batch
 
 
 class SqlExecution(Reward):
@@ -299,14 +301,14 @@ class SqlExecution(Reward):
         return self._gold[(str(db_path), str(gold_sql))]
 
     def _ensure_gold(self, keys: Sequence[tuple[str, str]]) -> None:
-        todo = [k for k in dict.fromkeys(keys) if k not in self._gold]
+        todo = [k for k in dict.fromkeys(keys) if k not in self._gold or self._gold[k].retry]
         if not todo:
             return
         for k, (status, value) in zip(todo, self.pool.run(todo)):
             if status == "ok":
                 self._gold[k] = GoldResult(value, has_order_by(k[1]))
             else:
-                self._gold[k] = GoldResult(None, False, f"{status}: {value}")
+                self._gold[k] = GoldResult(None, False, f"{status}: {value}", retry=status in ("timeout", "died"))
                 logger.warning("gold query cannot be executed (%s: %s) on %s: %s", status, value, k[0], k[1][:200])
         self.stats["gold_executed"] += len(todo)
 
