@@ -5,7 +5,8 @@ at the same temperature, top_p and max_new_tokens; they alternate for ``--rounds
 Generated tokens are counted up to and including each completion's first EOS. Prints tokens/s of both, and the
 ratio sampler / bare (target ≥ 0.9).
 
-    .venv/bin/python bench/bench_sampling.py [--model tiny] [--task arith] [--prompts 8] [--n 64] [--rounds 5] [--threads 1]
+    .venv/bin/python bench/bench_sampling.py [--model tiny] [--task arith] [--prompts 8] [--n 64] [--rounds 5]
+        [--threads 1] [--temperature 1.0] [--top-p 1.0]
 """
 
 from __future__ import annotations

@@ -162,32 +162,48 @@ def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
     return ids
 
 
+def decode_completions(tokenizer: Any, completion_ids: list[list[int]]) -> list[str]:
+    """Texts of completions (special tokens skipped), decoding each distinct id sequence once (samples of one
+    prompt repeat often)."""
+    unique = list(dict.fromkeys(tuple(ids) for ids in completion_ids))
+    texts = dict(zip(unique, tokenizer.batch_decode([list(u) for u in unique], skip_special_tokens=True)))
+    return [texts[tuple(ids)] for ids in completion_ids]
+
+
 # --------------------------------------------------------------------------------------------- HF backend
 
 
+# torch.rand draws u <= 1 - 2**-24; u * (1 - 2**-23) * total < total strictly in float32 (rounding to nearest
+# cannot reach total from at least one ulp below it), so the inverse CDF never lands past the last kept token.
+_U_SCALE = 1.0 - 2.0**-23
+
+
 def choose_tokens(
-    logits: torch.Tensor, u: torch.Tensor, temperature: float, top_p: float
+    logits: torch.Tensor, u: torch.Tensor, temperature: float, top_p: float, logprobs: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Sample one token per row of ``logits`` (rows × vocab) by the inverse CDF at uniforms ``u`` (rows,).
+    """Sample one token per row of ``logits`` (rows × vocab) by the inverse CDF at uniforms ``u`` (rows,) in [0, 1).
 
     The distribution is softmax(logits / T) restricted to the top-p nucleus and renormalised: a token is kept when
-    the mass of the strictly more likely tokens is < top_p (as HF's and vLLM's top-p). Returns the token ids and
-    their log-probabilities under that distribution (None for T = 0, greedy)."""
+    the mass of the strictly more likely tokens is < top_p (as HF's and vLLM's top-p). The token is the first index
+    whose cumulative probability exceeds u · (total kept mass), so a zero-probability token is never drawn. Returns
+    the token ids and (when ``logprobs``) their log-probabilities under that distribution; None for T = 0 (greedy).
+    Few tensor ops on purpose: this runs once per generated token."""
     logits = logits.float()
     if temperature == 0:
         return logits.argmax(dim=-1), None
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    probs = logp.exp()
+    if temperature != 1:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1) if logprobs else None
+    probs = logp.exp() if logp is not None else torch.softmax(logits, dim=-1)
     if top_p < 1:
         probs, order = probs.sort(dim=-1, descending=True, stable=True)
-        cum = probs.cumsum(dim=-1)
-        probs = probs.masked_fill(cum - probs >= top_p, 0.0)
+        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:]
-    # x < total strictly, so the first index with cdf > x is a token with positive probability.
-    x = torch.minimum(u.to(cdf).unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
-    pos = torch.searchsorted(cdf, x, right=True).clamp_(max=cdf.shape[-1] - 1)
+    pos = torch.searchsorted(cdf, (u.to(cdf) * _U_SCALE).unsqueeze(-1) * total, right=True)
     tokens = (order.gather(-1, pos) if top_p < 1 else pos).squeeze(-1)
+    if logp is None:
+        return tokens, None
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     if top_p < 1:
         chosen = chosen - total.squeeze(-1).log()
@@ -210,11 +226,10 @@ class _InverseCDFProcessor:
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_width
-        tokens, chosen = choose_tokens(scores, self.uniforms[:, step], self.temperature, self.top_p)
-        if self.record and chosen is not None:
+        tokens, chosen = choose_tokens(scores, self.uniforms[:, step], self.temperature, self.top_p, self.record)
+        if chosen is not None:
             self.logprobs.append(chosen)
-        out = torch.full_like(scores, -math.inf)
-        return out.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+        return scores.fill_(-math.inf).scatter_(-1, tokens.unsqueeze(-1), 0.0)
 
 
 @contextmanager
@@ -287,7 +302,7 @@ class HFSampler:
                     index=index,
                     prompt=prompt,
                     prompt_ids=encoded[p],
-                    completions=self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True),
+                    completions=decode_completions(self.tokenizer, comp_ids),
                     completion_ids=comp_ids,
                     finish_reasons=["stop" if c and c[-1] in self.eos_ids else "length" for c in comp_ids],
                     logprobs=lp_out[p * n : (p + 1) * n] if logprobs else None,
@@ -326,13 +341,12 @@ class HFSampler:
         gen = out[:, width:].cpu()
         is_eos = torch.isin(gen, torch.tensor(self.eos_ids))
         has_eos = is_eos.any(dim=1)
-        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, gen.shape[1])
-        gen_list = gen.tolist()
-        ids = [gen_list[r][: int(lengths[r])] for r in range(len(gen_list))]
+        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, gen.shape[1]).tolist()
+        ids = [row[:length] for row, length in zip(gen.tolist(), lengths)]
         if not record:
             return ids, None
         lp = torch.stack(processor.logprobs, dim=1).cpu().tolist() if processor.logprobs else [[] for _ in ids]
-        return ids, [lp[r][: int(lengths[r])] for r in range(len(ids))]
+        return ids, [row[:length] for row, length in zip(lp, lengths)]
 
 
 # --------------------------------------------------------------------------------------------- vLLM backend
@@ -423,7 +437,7 @@ class VLLMSampler:
                         index=index,
                         prompt=prompt,
                         prompt_ids=ids,
-                        completions=self.tokenizer.batch_decode(comp_ids, skip_special_tokens=True),
+                        completions=decode_completions(self.tokenizer, comp_ids),
                         completion_ids=comp_ids,
                         finish_reasons=[str(o.finish_reason) for o in comps],
                         logprobs=lps,
