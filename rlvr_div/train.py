@@ -123,12 +123,11 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     """Cheap checks that must fail before any model loads (the DPH-RL rehearsal set too, unless it is about to be
     built)."""
     from rlvr_div.models import resolve_model
-    from rlvr_div.rewards import REWARDS, _load_all
+    from rlvr_div.rewards import REWARDS
     from rlvr_div.tasks import check_task
 
     options = {"path": script.data_path} if script.data_path else {}
     spec = check_task(script.task, **options)
-    _load_all()
     for name in script.rewards or [spec.reward]:
         REWARDS.get(name)
     rewards = script.rewards or [spec.reward]

@@ -17,3 +17,15 @@ def tiny_path() -> str:
     from rlvr_div.models import tiny_model_path
 
     return str(tiny_model_path(progress=False))
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test if anything loads a model or builds the tiny base (bad input must be caught before)."""
+    import transformers
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the bad input was reported")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
+    monkeypatch.setattr("rlvr_div.models.tiny_model_path", boom)

@@ -368,17 +368,6 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
     assert weights and all(0.5 < w < 2.0 for w in weights)
 
 
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import transformers
-
-    def boom(*a, **k):
-        raise AssertionError("a model was loaded before the bad input was reported")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
-    monkeypatch.setattr("rlvr_div.models.tiny_model_path", boom)
-
-
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -24,18 +24,6 @@ SMALL = ["--task", "arith", "--n", "8", "--limit", "12", "--max-new-tokens", "6"
 SMALL += ["--threads", "1"]  # one torch thread: far faster than two on a CPU shared with other jobs
 
 
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    """Fail the test if anything tries to load a model or build the tiny base."""
-    import transformers
-
-    def boom(*a, **k):
-        raise AssertionError("a model was loaded before the bad input was reported")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
-    monkeypatch.setattr("rlvr_div.models.tiny_model_path", boom)
-
-
 @pytest.fixture(scope="module")
 def empty_task():
     """A registered task whose split has no rows (a task without data)."""

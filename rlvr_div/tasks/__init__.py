@@ -6,7 +6,6 @@ Modules register a :class:`TaskSpec` with ``TASKS.add(name, spec)``.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import datasets
@@ -15,27 +14,12 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.registry import Registry
 from rlvr_div.tasks.base import TaskSpec
 
-TASKS: Registry[TaskSpec] = Registry("task")
-
-_TASK_MODULES = ("rlvr_div.tasks.synthetic", "rlvr_div.tasks.math", "rlvr_div.tasks.sql")
-_loaded = False
-
-
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in _TASK_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+TASKS: Registry[TaskSpec] = Registry(
+    "task", modules=("rlvr_div.tasks.synthetic", "rlvr_div.tasks.math", "rlvr_div.tasks.sql")
+)
 
 
 def get_task_spec(name: str) -> TaskSpec:
-    _load_all()
     return TASKS.get(name)
 
 
@@ -60,7 +44,6 @@ def get_task(name: str, split: str = "train", seed: int = 0, **options: Any) -> 
 
 
 def list_tasks() -> list[TaskSpec]:
-    _load_all()
     return [TASKS.get(n) for n in TASKS.names()]
 
 
