@@ -128,17 +128,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
 
     options = {"path": script.data_path} if script.data_path else {}
     spec = check_task(script.task, **options)
-    for name in script.rewards or [spec.reward]:
-        REWARDS.get(name)
     rewards = script.rewards or [spec.reward]
+    for name in rewards:
+        REWARDS.get(name)
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
-    per_step = training.per_device_train_batch_size * max(1, training.world_size)
-    if per_step % training.num_generations and training.generation_batch_size % training.num_generations:
-        raise ConfigError(
-            f"per_device_train_batch_size × processes ({per_step}) must be a multiple of num_generations "
-            f"({training.num_generations})"
-        )
+    # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
     if check_rehearsal_set and getattr(training, "rehearsal_path", None) is not None:
         _check_rehearsal_set(script, training, model)
@@ -158,19 +153,17 @@ def _check_rehearsal_set(script: ScriptArguments, training: Any, model: Any) -> 
         )
 
 
-class MetricsFile:
-    """A ``TrainerCallback`` that appends every log dict to ``<output_dir>/metrics.jsonl`` (main process only)."""
+def metrics_callback(path: str | os.PathLike) -> Any:
+    """A ``TrainerCallback`` that appends every log dict to ``path`` as one JSON line (main process only)."""
+    from transformers import TrainerCallback
 
-    def __new__(cls, path: str | os.PathLike) -> Any:
-        from transformers import TrainerCallback
+    class MetricsFile(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if state.is_world_process_zero and logs:
+                with open(path, "a") as f:
+                    f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
-        class _Metrics(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-                if state.is_world_process_zero and logs:
-                    with open(path, "a") as f:
-                        f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-        return _Metrics()
+    return MetricsFile()
 
 
 def write_resolved_recipe(out_dir: str, script: ScriptArguments, training: Any, model: Any) -> None:
@@ -233,7 +226,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
         train_dataset=dataset,
         processing_class=load_tokenizer(model_path, script.gguf_file),
         peft_config=get_peft_config(model),
-        callbacks=[MetricsFile(Path(training.output_dir) / "metrics.jsonl")],
+        callbacks=[metrics_callback(Path(training.output_dir) / "metrics.jsonl")],
     )
 
 
