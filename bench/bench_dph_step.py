@@ -1,0 +1,74 @@
+"""Training-step time of DPH-RL (forward-KL rehearsal term, no reference model) against stock GRPO with β > 0.
+
+Both trainers start from the tiny base and see the same prompts; one timed step is TRL's ``training_step`` on a
+generation batch: sampling, rewards, then loss and backward. Stock GRPO adds a reference forward pass (β = 0.04);
+DPH adds a forward/backward over a batch of stored rehearsal samples instead. The two alternate A B A B in one
+run; the script prints medians and the ratio (target ≤ 1.0×). It builds its rehearsal set first (`rlvr-div
+rehearse` on `pairsum`).
+
+    .venv/bin/python bench/bench_dph_step.py [--repeats 20] [--batch 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr_div.rehearsal import main as rehearse
+from rlvr_div.train import build_trainer, parse_recipe
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes/tiny"
+RECIPE = str(RECIPES / "dph_forward_kl.yaml")
+
+
+def make(recipe: str, out: str, batch: int, *extra: str):
+    script, training, model = parse_recipe(
+        ["--config", recipe, "--output_dir", out, "--per_device_train_batch_size", str(batch), "--save_strategy", "no",
+         "--disable_tqdm", "true", *extra]
+    )  # fmt: skip
+    trainer = build_trainer(script, training, model)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def time_step(trainer, rows) -> float:
+    t0 = time.perf_counter()
+    trainer.training_step(trainer.model, rows)
+    trainer.model.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        rehearsal = f"{tmp}/rehearsal"
+        rehearse(["--config", RECIPE, "--rehearsal_path", rehearsal])
+        dph = make(RECIPE, f"{tmp}/dph", args.batch, "--rehearsal_path", rehearsal)
+        grpo = str(RECIPES / "grpo.yaml")
+        stock = make(grpo, f"{tmp}/grpo", args.batch, "--beta", "0.04", "--task", "pairsum", "--learning_rate", "1e-4")
+        rows = [r for r in dph.train_dataset.select(range(args.batch // 8)) for _ in range(8)]
+        for t in (dph, stock):  # warm-up
+            for _ in range(3):
+                time_step(t, rows)
+        times: dict[str, list[float]] = {"grpo": [], "dph": []}
+        for _ in range(args.repeats):
+            times["grpo"].append(time_step(stock, rows))
+            times["dph"].append(time_step(dph, rows))
+    g, d = statistics.median(times["grpo"]), statistics.median(times["dph"])
+    print(f"batch {args.batch} completions, {args.repeats} alternations, median seconds per training step")
+    print(f"stock GRPO (beta 0.04, reference forward): {g:.4f}")
+    print(f"DPH forward_kl (rehearsal term, no reference): {d:.4f}   ratio {d / g:.3f}")
+
+
+if __name__ == "__main__":
+    main()
