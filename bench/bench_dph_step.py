@@ -39,7 +39,7 @@ def make(recipe: str, out: str, batch: int, *extra: str):
 
 def time_step(trainer, rows) -> float:
     t0 = time.perf_counter()
-    trainer.training_step(trainer.model, rows)
+    trainer.training_step(trainer.model, rows, None)
     trainer.model.zero_grad(set_to_none=True)
     return time.perf_counter() - t0
 
