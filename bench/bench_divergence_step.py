@@ -4,7 +4,7 @@ Both trainers get the same model weights and the same generated batch (with refe
 "step" is the loss (policy + divergence term) and its backward pass, which is where the trainers differ. The
 trainers alternate A B A B ... within one run, and the script prints the median time of each and the ratio.
 
-    .venv/bin/python bench/bench_divergence_step.py [--repeats 200] [--batch 256]
+    .venv/bin/python bench/bench_divergence_step.py [--repeats 40] [--batch 64]
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def time_step(trainer, inputs) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--divergences", nargs="+", default=["reverse_kl", "forward_kl", "js", "alpha"])
     args = ap.parse_args()
     torch.manual_seed(0)
