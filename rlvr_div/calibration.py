@@ -61,9 +61,7 @@ def beta_for(target_validity: float, base_rate: float) -> float:
     mu = _check_open_unit("target_validity", target_validity)
     a = _check_open_unit("base_rate", base_rate)
     if mu <= a:
-        raise ConfigError(
-            f"target_validity={mu} must exceed base_rate={a} (the base is already that valid)"
-        )
+        raise ConfigError(f"target_validity={mu} must exceed base_rate={a} (the base is already that valid)")
     return 1.0 / (_logit(mu) - _logit(a))
 
 
@@ -182,8 +180,13 @@ class ValidityTargetController:
 
     def state_dict(self) -> dict[str, float | int | None]:
         """What a checkpoint needs to resume the controller."""
-        return {"beta": self.beta, "running_validity": self.running_validity, "logit_base_rate": self._logit_base,
-                "samples_seen": self.samples_seen, "steps": self.steps}
+        return {
+            "beta": self.beta,
+            "running_validity": self.running_validity,
+            "logit_base_rate": self._logit_base,
+            "samples_seen": self.samples_seen,
+            "steps": self.steps,
+        }
 
     def load_state_dict(self, state: dict[str, float | int | None]) -> None:
         self.beta = float(state["beta"])  # type: ignore[arg-type]

@@ -280,6 +280,4 @@ def lora_config(
     """A peft ``LoraConfig`` for causal LMs (LoRA on ``lm_head`` is excluded: TRL rejects it)."""
     from peft import LoraConfig
 
-    return LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM"
-    )
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")

@@ -166,8 +166,9 @@ class Objective:
     term adds c_y·q to all three.
     """
 
-    def __init__(self, log_p: torch.Tensor, name: str, alpha: float = DEFAULT_ALPHA,
-                 linear: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, log_p: torch.Tensor, name: str, alpha: float = DEFAULT_ALPHA, linear: torch.Tensor | None = None
+    ) -> None:
         _, self.f_inf = generator(name, alpha)
         self.name, self.alpha, self.linear = name, alpha, linear
         support = torch.isfinite(log_p)
@@ -287,8 +288,9 @@ class Tabular(Family):
         scale = (-0.5 * log_q).exp().clamp(max=1e8)
         return loss, d1 - log_q.exp() * d1.sum(), scale
 
-    def minimise(self, obj: Objective, init: torch.Tensor, max_iter: int = 500, tol: float = 1e-10,
-                 rounds: int = 4) -> Fit:
+    def minimise(
+        self, obj: Objective, init: torch.Tensor, max_iter: int = 500, tol: float = 1e-10, rounds: int = 4
+    ) -> Fit:
         theta, iters = init.detach().clone(), 0
         for _ in range(rounds):
             _, g, scale = self._loss_grad(theta, obj)
@@ -305,8 +307,9 @@ class Tabular(Family):
         return Fit(theta.log_softmax(0), theta, float(loss), float((g * scale).abs().max()), iters)
 
 
-def lbfgs(loss_grad: Callable[[Tensor], tuple[float, Tensor]], x: Tensor, max_iter: int, tol: float,
-          history: int = 10) -> tuple[Tensor, int]:
+def lbfgs(
+    loss_grad: Callable[[Tensor], tuple[float, Tensor]], x: Tensor, max_iter: int, tol: float, history: int = 10
+) -> tuple[Tensor, int]:
     """Minimise with L-BFGS (two-loop recursion, Armijo backtracking from a unit step) until max|∇| ≤ tol, or
     until the loss stops changing (three steps in a row within 1e-15 relative: the floating-point floor).
 
@@ -346,7 +349,7 @@ def lbfgs(loss_grad: Callable[[Tensor], tuple[float, Tensor]], x: Tensor, max_it
         s, y = x_new - x, g_new - g
         sy = float(s @ y)
         if sy > 1e-16:
-            pairs = [*pairs[-(history - 1):], (s, y, 1.0 / sy)]
+            pairs = [*pairs[-(history - 1) :], (s, y, 1.0 / sy)]
         x, f, g = x_new, f_new, g_new
     return x, it
 
@@ -371,7 +374,7 @@ class _LinearInLogTables(Family):
         """T(θ) for θ of shape (P,) or (B, P)."""
         tables, i, lead = [], 0, theta.shape[:-1]
         for rows, cols in self._shapes:
-            tables.append(theta[..., i:i + rows * cols].reshape(*lead, rows, cols).log_softmax(-1).reshape(*lead, -1))
+            tables.append(theta[..., i : i + rows * cols].reshape(*lead, rows, cols).log_softmax(-1).reshape(*lead, -1))
             i += rows * cols
         return torch.cat(tables, dim=-1)
 
@@ -379,14 +382,15 @@ class _LinearInLogTables(Family):
         """log q for θ of shape (P,) → (N,), or a batch (B, P) → (B, N)."""
         return self._tables(theta) @ self._m.T
 
-    def peaked_starts(self, obj: Objective, k: int, sharpness: float = PEAK_SHARPNESS,
-                      pool: int = PEAK_POOL) -> list[torch.Tensor]:
+    def peaked_starts(
+        self, obj: Objective, k: int, sharpness: float = PEAK_SHARPNESS, pool: int = PEAK_POOL
+    ) -> list[torch.Tensor]:
         """The k best (by L at the start) of the starts θ_a + c·[M[y] > 0], one for each of the ``pool`` most
         probable valid y under a: the base model with the table entries that y uses raised by c, so that q piles
         up on y. Collapsed optima sit near such points.
         """
         log_a_valid = self.world.log_a.masked_fill(~self.world.valid, -math.inf)
-        rows = torch.argsort(log_a_valid, descending=True)[:min(pool, int(self.world.valid.sum()))]
+        rows = torch.argsort(log_a_valid, descending=True)[: min(pool, int(self.world.valid.sum()))]
         thetas = self.init_params()[None, :] + sharpness * (self._m[rows] > 0).to(DT)
         losses = obj.value(self.log_probs(thetas))
         return [thetas[i] for i in torch.argsort(losses)[:k].tolist()]
@@ -518,9 +522,15 @@ def _single_thread() -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def sweep(family: Family, objective_at: Callable[[float], Objective], betas: Sequence[float], seed: int = 0,
-          random_starts: int = RANDOM_STARTS, peaked_starts: int = PEAKED_STARTS,
-          screen_iter: int = SCREEN_ITER) -> list[tuple[Fit, dict]]:
+def sweep(
+    family: Family,
+    objective_at: Callable[[float], Objective],
+    betas: Sequence[float],
+    seed: int = 0,
+    random_starts: int = RANDOM_STARTS,
+    peaked_starts: int = PEAKED_STARTS,
+    screen_iter: int = SCREEN_ITER,
+) -> list[tuple[Fit, dict]]:
     """The best fit found at each β (``betas`` descending), the continuation path from a, and search diagnostics.
 
     Tabular objectives are convex in q (one optimum): one warm-started sweep. Restricted families are not (their
@@ -536,8 +546,15 @@ def sweep(family: Family, objective_at: Callable[[float], Objective], betas: Seq
         return _sweep(family, objective_at, betas, seed, random_starts, peaked_starts, screen_iter)
 
 
-def _sweep(family: Family, objective_at: Callable[[float], Objective], betas: Sequence[float], seed: int,
-           random_starts: int, peaked_starts: int, screen_iter: int) -> list[tuple[Fit, dict]]:
+def _sweep(
+    family: Family,
+    objective_at: Callable[[float], Objective],
+    betas: Sequence[float],
+    seed: int,
+    random_starts: int,
+    peaked_starts: int,
+    screen_iter: int,
+) -> list[tuple[Fit, dict]]:
     start = family.init_params()
     g = torch.Generator().manual_seed(seed)
     convex = isinstance(family, Tabular)
@@ -574,9 +591,15 @@ def _brief(world: World, log_q: torch.Tensor) -> dict:
     return {k: m[k] for k in ("mu", "entropy", "n90", "cov90", "max_mass", "top_sequence")}
 
 
-def run_lab(world: World, betas: Sequence[float] = DEFAULT_BETAS, alpha: float = DEFAULT_ALPHA,
-            families: Sequence[str] = FAMILIES, regularisers: Sequence[str] = REGULARISERS,
-            projections: Sequence[str] = PROJECTIONS, seed: int = 0) -> dict:
+def run_lab(
+    world: World,
+    betas: Sequence[float] = DEFAULT_BETAS,
+    alpha: float = DEFAULT_ALPHA,
+    families: Sequence[str] = FAMILIES,
+    regularisers: Sequence[str] = REGULARISERS,
+    projections: Sequence[str] = PROJECTIONS,
+    seed: int = 0,
+) -> dict:
     """Every (family, objective, β) point of the lab, optimised (see :func:`sweep`) and measured."""
     betas = sorted({float(b) for b in betas}, reverse=True)
     if not betas or betas[-1] <= 0:
@@ -590,8 +613,14 @@ def run_lab(world: World, betas: Sequence[float] = DEFAULT_BETAS, alpha: float =
             for reg in regularisers:
                 fits = sweep(fam, lambda b, reg=reg: regularised_objective(world, b, reg, alpha), betas, seed)
                 for beta, (fit, info) in zip(betas, fits):
-                    row = {"family": fam_name, "objective": f"reg:{reg}", "beta": beta, "loss": fit.loss,
-                           "grad_norm": fit.grad_norm, "iters": fit.iters} | info
+                    row = {
+                        "family": fam_name,
+                        "objective": f"reg:{reg}",
+                        "beta": beta,
+                        "loss": fit.loss,
+                        "grad_norm": fit.grad_norm,
+                        "iters": fit.iters,
+                    } | info
                     row["kl_q_to_tilted"] = f_divergence(fit.log_q, world.log_tilted(beta), "reverse_kl")
                     row["mu_tilted"] = validity_at(beta, a)
                     rows.append(row | measure(world, fit.log_q))
@@ -607,8 +636,14 @@ def run_lab(world: World, betas: Sequence[float] = DEFAULT_BETAS, alpha: float =
                     row |= {"loss": fit.loss, "grad_norm": fit.grad_norm, "iters": fit.iters} | info
                 rows.append(row | measure(world, log_q))
     tilted = [{"beta": b, "mu": validity_at(b, a)} for b in betas]
-    return {"world": describe_world(world), "alpha": alpha, "betas": betas, "references": refs,
-            "tilted_closed_form": tilted, "rows": rows}
+    return {
+        "world": describe_world(world),
+        "alpha": alpha,
+        "betas": betas,
+        "references": refs,
+        "tilted_closed_form": tilted,
+        "rows": rows,
+    }
 
 
 def describe_world(world: World) -> dict:
@@ -633,13 +668,23 @@ def _fmt_beta(b: float | None) -> str:
 
 def _table_row(label: list[str], m: dict) -> str:
     pk = m["pass_at_k"]
-    cells = label + [f"{m['mu']:.4f}", f"{m['entropy']:.3f}", f"{m['entropy_valid']:.3f}", str(m["n90"]),
-                     f"{m['cov90']:.3f}", f"{m['cov_at_k'][63]:.3f}", f"{m['max_mass']:.3f}", m["top_sequence"],
-                     f"{pk[0]:.4f}", f"{pk[7]:.4f}", f"{pk[63]:.4f}"]
+    cells = label + [
+        f"{m['mu']:.4f}",
+        f"{m['entropy']:.3f}",
+        f"{m['entropy_valid']:.3f}",
+        str(m["n90"]),
+        f"{m['cov90']:.3f}",
+        f"{m['cov_at_k'][63]:.3f}",
+        f"{m['max_mass']:.3f}",
+        m["top_sequence"],
+        f"{pk[0]:.4f}",
+        f"{pk[7]:.4f}",
+        f"{pk[63]:.4f}",
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
-_HEADER = ("| μ | H(q) | H(q\\|valid) | n90 | cov90 | cov@64 | max q | argmax | pass@1 | pass@8 | pass@64 |")
+_HEADER = "| μ | H(q) | H(q\\|valid) | n90 | cov90 | cov@64 | max q | argmax | pass@1 | pass@8 | pass@64 |"
 
 
 def write_markdown(result: dict, path: Path, command: str, seconds: float) -> None:
@@ -677,12 +722,19 @@ def write_markdown(result: dict, path: Path, command: str, seconds: float) -> No
         out.append("| " + " | ".join(cells) + " |")
     path_fams = [f for f in fams if any("path" in r for r in rows if r["family"] == f)]
     if path_fams:
-        out += ["", "## n90 along the continuation path from a (restricted families)", "",
-                "The local optimum reached by warm-starting each β from the previous one, starting at a: what slowly "
-                "lowering β from a tracks. Where it differs from the table above, the global optimum sits in "
-                "another basin.", ""]
-        out += ["| β | " + " | ".join(f"{reg[4:]}: {f}" for reg in regs for f in path_fams) + " |",
-                "|" + "---|" * (1 + len(regs) * len(path_fams))]
+        out += [
+            "",
+            "## n90 along the continuation path from a (restricted families)",
+            "",
+            "The local optimum reached by warm-starting each β from the previous one, starting at a: what slowly "
+            "lowering β from a tracks. Where it differs from the table above, the global optimum sits in "
+            "another basin.",
+            "",
+        ]
+        out += [
+            "| β | " + " | ".join(f"{reg[4:]}: {f}" for reg in regs for f in path_fams) + " |",
+            "|" + "---|" * (1 + len(regs) * len(path_fams)),
+        ]
         for b in result["betas"]:
             cells = [f"{b:g}"]
             for reg in regs:
@@ -692,8 +744,12 @@ def write_markdown(result: dict, path: Path, command: str, seconds: float) -> No
             out.append("| " + " | ".join(cells) + " |")
     proj_rows = [r for r in rows if r["objective"].startswith("proj:")]
     if proj_rows:
-        out += ["", "Projections of p* (no β): " + "; ".join(
-            f"{r['objective'][5:]}/{r['family']}: n90 {r['n90']} (μ {r['mu']:.3f})" for r in proj_rows) + "."]
+        out += [
+            "",
+            "Projections of p* (no β): "
+            + "; ".join(f"{r['objective'][5:]}/{r['family']}: n90 {r['n90']} (μ {r['mu']:.3f})" for r in proj_rows)
+            + ".",
+        ]
     out += ["", "## All points", "", "| family | objective | β " + _HEADER, "|" + "---|" * 14]
     out.append(_table_row(["—", "base a", "—"], refs["base a"]))
     out.append(_table_row(["—", "filtered p*", "—"], refs["filtered p*"]))
@@ -701,8 +757,11 @@ def write_markdown(result: dict, path: Path, command: str, seconds: float) -> No
         out.append(_table_row([r["family"], r["objective"], _fmt_beta(r["beta"])], r))
     worst = max((r for r in rows if r["iters"]), key=lambda r: r["grad_norm"], default=None)
     if worst is not None:
-        out += ["", f"Largest final gradient (max-norm) over all fits: {worst['grad_norm']:.2e} "
-                f"({worst['family']}, {worst['objective']}, β = {_fmt_beta(worst['beta'])})."]
+        out += [
+            "",
+            f"Largest final gradient (max-norm) over all fits: {worst['grad_norm']:.2e} "
+            f"({worst['family']}, {worst['objective']}, β = {_fmt_beta(worst['beta'])}).",
+        ]
     path.write_text("\n".join(out) + "\n")
 
 
@@ -729,8 +788,10 @@ def write_plots(result: dict, out_dir: Path) -> list[Path]:
     ):
         if key is None:
             fig, axes = plt.subplots(2, len(regs), figsize=(4 * len(regs), 6.5), squeeze=False)
-            panels = [(axes[0], "n90", "n90 (valid sequences holding 90%)", True),
-                      (axes[1], "cov90", "cov90 = p*-mass of those sequences", False)]
+            panels = [
+                (axes[0], "n90", "n90 (valid sequences holding 90%)", True),
+                (axes[1], "cov90", "cov90 = p*-mass of those sequences", False),
+            ]
         else:
             fig, axes = plt.subplots(1, len(regs), figsize=(4 * len(regs), 3.5), squeeze=False)
             panels = [(axes[0], key, ylabel, logy)]
@@ -764,8 +825,9 @@ def write_plots(result: dict, out_dir: Path) -> list[Path]:
     cmap = plt.get_cmap("viridis")
     betas = result["betas"]
     for j, fam in enumerate(fams):
-        for i, (key, lab) in enumerate((("pass_at_k", "pass@k = 1 − (1 − μ)^k"),
-                                        ("cov_at_k", "cov@k = p*-mass seen in k draws"))):
+        for i, (key, lab) in enumerate(
+            (("pass_at_k", "pass@k = 1 − (1 − μ)^k"), ("cov_at_k", "cov@k = p*-mass seen in k draws"))
+        ):
             ax = axes[i][j]
             for r in rows:
                 if r["family"] != fam:

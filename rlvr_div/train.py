@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -174,16 +175,40 @@ def write_resolved_recipe(out_dir: str, script: ScriptArguments, training: Any, 
         yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), f, sort_keys=False)
 
 
-def _resume_arg(value: str | None, out_dir: str) -> str | bool | None:
-    """``true``/``last`` → the last checkpoint in ``out_dir`` if one exists (else a fresh start); a path → itself."""
-    from transformers.trainer_utils import get_last_checkpoint
+def last_complete_checkpoint(out_dir: str) -> str | None:
+    """The highest ``checkpoint-N`` in ``out_dir`` whose ``trainer_state.json`` exists and parses.
 
+    The Trainer writes ``trainer_state.json`` last, so a run killed while saving leaves a checkpoint without it;
+    such a checkpoint is skipped (with a warning) in favour of the previous complete one.
+    """
+    if not os.path.isdir(out_dir):
+        return None
+    steps = []
+    for entry in os.listdir(out_dir):
+        match = re.fullmatch(r"checkpoint-(\d+)", entry)
+        if match and os.path.isdir(os.path.join(out_dir, entry)):
+            steps.append(int(match.group(1)))
+    for step in sorted(steps, reverse=True):
+        path = os.path.join(out_dir, f"checkpoint-{step}")
+        try:
+            with open(os.path.join(path, "trainer_state.json")) as f:
+                json.load(f)
+        except (OSError, ValueError):
+            logger.warning("skipping %s: it has no readable trainer_state.json (interrupted while saving)", path)
+            continue
+        return path
+    return None
+
+
+def _resume_arg(value: str | None, out_dir: str) -> str | bool | None:
+    """``true``/``last`` → the last complete checkpoint in ``out_dir`` if one exists (else a fresh start);
+    a path → itself."""
     if value is None or str(value).lower() in ("", "false", "no", "none"):
         return None
     if str(value).lower() in ("true", "yes", "last"):
-        last = get_last_checkpoint(out_dir) if os.path.isdir(out_dir) else None
+        last = last_complete_checkpoint(out_dir)
         if last is None:
-            logger.warning("no checkpoint in %s: starting from scratch", out_dir)
+            logger.warning("no complete checkpoint in %s: starting from scratch", out_dir)
         return last
     if not os.path.isdir(value):
         raise ConfigError(f"resume_from_checkpoint {value!r} is not a directory")

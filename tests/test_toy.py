@@ -91,12 +91,13 @@ def _autograd_loss(family: toy.Family, obj: toy.Objective):
 
 
 @pytest.mark.parametrize("family_cls", [toy.Bigram, toy.Factorised])
-@pytest.mark.parametrize("kind", ["reg:reverse_kl", "reg:forward_kl", "reg:js", "reg:alpha", "proj:forward_kl",
-                                  "proj:js", "proj:alpha"])
+@pytest.mark.parametrize(
+    "kind", ["reg:reverse_kl", "reg:forward_kl", "reg:js", "reg:alpha", "proj:forward_kl", "proj:js", "proj:alpha"]
+)
 def test_newton_derivatives_match_autograd(world: toy.World, family_cls, kind: str) -> None:
     fam = family_cls(world)
     target, name = kind.split(":")
-    obj = (toy.regularised_objective(world, 0.3, name) if target == "reg" else toy.projection_objective(world, name))
+    obj = toy.regularised_objective(world, 0.3, name) if target == "reg" else toy.projection_objective(world, name)
     g = torch.Generator().manual_seed(3)
     theta = fam.init_params() + torch.randn(fam.init_params().shape, generator=g, dtype=torch.float64)
     loss, grad, hess = fam.loss_grad_hess(theta, obj)
@@ -138,7 +139,8 @@ def test_f_divergences_by_enumeration(world: toy.World) -> None:
         assert abs(toy.f_divergence(world.log_a, world.log_a, name)) < 1e-12
     # α → 1 is forward KL in the DPH-RL convention
     assert toy.f_divergence(log_q, star, "alpha", 0.999) == pytest.approx(
-        toy.f_divergence(log_q, star, "forward_kl"), rel=1e-2)
+        toy.f_divergence(log_q, star, "forward_kl"), rel=1e-2
+    )
     with pytest.raises(ConfigError):
         toy.generator("alpha", 1.0)
     with pytest.raises(ConfigError):
@@ -152,8 +154,9 @@ def test_restricted_families_limits(world: toy.World) -> None:
     fit = big.minimise(toy.regularised_objective(world, 1e4, "reverse_kl"), big.init_params() + 0.5)
     assert toy.f_divergence(fit.log_q, world.log_a, "reverse_kl") < 1e-6
     fac = toy.Factorised(world)
-    fit = fac.minimise(toy.Objective(world.log_a, "forward_kl"), torch.zeros(len(toy.VOCAB) * toy.LENGTH,
-                                                                              dtype=torch.float64))
+    fit = fac.minimise(
+        toy.Objective(world.log_a, "forward_kl"), torch.zeros(len(toy.VOCAB) * toy.LENGTH, dtype=torch.float64)
+    )
     assert float((fit.log_q - fac.log_probs(fac.init_params())).abs().max()) < 1e-6
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_div.cli import main as cli_main
+from rlvr_div.train import last_complete_checkpoint
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.yaml")
 
@@ -82,11 +83,24 @@ def test_killed_run_resumes_to_max_steps(tmp_path, tiny_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "checkpoint-12").exists()
-    subprocess.run(_train_cmd(out, *args, "--resume_from_checkpoint", "true"), check=True, capture_output=True)
+    res = subprocess.run(_train_cmd(out, *args, "--resume_from_checkpoint", "true"), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
     state = json.loads((out / "checkpoint-12" / "trainer_state.json").read_text())
     assert state["global_step"] == 12
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 12 and 12 in steps
+
+
+def test_resume_skips_a_checkpoint_interrupted_while_saving(tmp_path):
+    for step in (2, 4, 6):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text('{"global_st')  # killed mid-write
+    assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
+    (tmp_path / "checkpoint-4" / "trainer_state.json").unlink()
+    assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert last_complete_checkpoint(str(tmp_path / "missing")) is None
 
 
 def test_two_process_cpu_launch(tmp_path, tiny_path):
