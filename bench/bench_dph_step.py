@@ -2,11 +2,12 @@
 
 Both trainers start from the tiny base and see the same prompts; one timed step is TRL's ``training_step`` on a
 generation batch: sampling, rewards, then loss and backward. Stock GRPO adds a reference forward pass (β = 0.04);
-DPH adds a forward/backward over a batch of stored rehearsal samples instead. The two alternate A B A B in one
-run; the script prints medians and the ratio (target ≤ 1.0×). It builds its rehearsal set first (`rlvr-div
-rehearse` on `pairsum`).
+DPH instead stacks a batch of stored rehearsal samples under the policy's rows in its one loss forward/backward.
+The two alternate A B A B in one run; the script prints medians and the ratio (target ≤ 1.0×) for each
+(rollouts, rehearsal samples) setting given. It builds its rehearsal set first (`rlvr-div rehearse` on `pairsum`).
+Defaults: the tiny recipe's 256 rollouts with 32 and 64 rehearsal samples, and 64 with 64.
 
-    .venv/bin/python bench/bench_dph_step.py [--repeats 20] [--batch 64]
+    .venv/bin/python bench/bench_dph_step.py [--repeats 20] [--settings 256:32 256:64 64:64]
 """
 
 from __future__ import annotations
@@ -47,27 +48,30 @@ def time_step(trainer, rows) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--settings", nargs="+", default=["256:32", "256:64", "64:64"], help="ROLLOUTS:REHEARSAL")
     args = ap.parse_args()
     torch.manual_seed(0)
+    print(f"median seconds per training step over {args.repeats} alternations")
+    print("| rollouts | rehearsal samples | stock GRPO, β = 0.04 | DPH forward_kl | ratio |")
+    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         rehearsal = f"{tmp}/rehearsal"
         rehearse(["--config", RECIPE, "--rehearsal_path", rehearsal])
-        dph = make(RECIPE, f"{tmp}/dph", args.batch, "--rehearsal_path", rehearsal)
-        grpo = str(RECIPES / "grpo.yaml")
-        stock = make(grpo, f"{tmp}/grpo", args.batch, "--beta", "0.04", "--task", "pairsum", "--learning_rate", "1e-4")
-        rows = [r for r in dph.train_dataset.select(range(args.batch // 8)) for _ in range(8)]
-        for t in (dph, stock):  # warm-up
-            for _ in range(3):
-                time_step(t, rows)
-        times: dict[str, list[float]] = {"grpo": [], "dph": []}
-        for _ in range(args.repeats):
-            times["grpo"].append(time_step(stock, rows))
-            times["dph"].append(time_step(dph, rows))
-    g, d = statistics.median(times["grpo"]), statistics.median(times["dph"])
-    print(f"batch {args.batch} completions, {args.repeats} alternations, median seconds per training step")
-    print(f"stock GRPO (beta 0.04, reference forward): {g:.4f}")
-    print(f"DPH forward_kl (rehearsal term, no reference): {d:.4f}   ratio {d / g:.3f}")
+        for setting in args.settings:
+            batch, size = (int(x) for x in setting.split(":"))
+            dph = make(RECIPE, f"{tmp}/dph", batch, "--rehearsal_path", rehearsal, "--rehearsal_batch_size", str(size))
+            grpo = str(RECIPES / "grpo.yaml")
+            stock = make(grpo, f"{tmp}/grpo", batch, "--beta", "0.04", "--task", "pairsum", "--learning_rate", "1e-4")
+            rows = [r for r in dph.train_dataset.select(range(batch // 8)) for _ in range(8)]
+            for t in (dph, stock):  # warm-up
+                for _ in range(3):
+                    time_step(t, rows)
+            times: dict[str, list[float]] = {"grpo": [], "dph": []}
+            for _ in range(args.repeats):
+                times["grpo"].append(time_step(stock, rows))
+                times["dph"].append(time_step(dph, rows))
+            g, d = statistics.median(times["grpo"]), statistics.median(times["dph"])
+            print(f"| {batch} | {size} | {g:.4f} | {d:.4f} | {d / g:.3f}× |", flush=True)
 
 
 if __name__ == "__main__":

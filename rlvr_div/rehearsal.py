@@ -130,10 +130,11 @@ def load_rehearsal_samples(path: str | Path) -> RehearsalSamples:
 
     summary = check_rehearsal(path)
     ds = datasets.load_from_disk(str(Path(path) / REHEARSAL_DIR))
+    columns = ds.select_columns(["prompt_ids", "completion_ids", "ref_logps"])[:]  # plain lists: row access is hot
     return RehearsalSamples(
-        prompt_ids=ds["prompt_ids"],
-        completion_ids=ds["completion_ids"],
-        ref_logps=ds["ref_logps"],
+        prompt_ids=columns["prompt_ids"],
+        completion_ids=columns["completion_ids"],
+        ref_logps=columns["ref_logps"],
         pad_token_id=int(summary["pad_token_id"]),
     )
 

@@ -95,9 +95,46 @@ def test_hybrid_trainer_runs_no_reference_forward(rehearsal_dir, tmp_path, tiny_
     trainer._generate_and_score_completions = spy
     trainer.train()
     assert keys and all("ref_per_token_logps" not in k for k in keys)
-    # per optimizer step: one policy-loss forward and one rehearsal forward with gradients, nothing else
-    assert sum(grad_forwards) == 2 * 2
+    # per optimizer step: one forward with gradients (rehearsal rows folded into the policy-loss forward), nothing else
+    assert sum(grad_forwards) == 2
     assert len(trainer.state.log_history[0]) and "rehearsal/forward_kl" in trainer.state.log_history[0]
+
+
+def test_folded_rehearsal_rows_score_as_in_separate_forwards(rehearsal_dir, tmp_path, tiny_path):
+    """Stacking the rehearsal rows under the policy's rows (common prompt and completion widths, extra padding
+    masked) gives both the same log-probs as their own forwards."""
+    from rlvr_div.train import build_trainer, parse_recipe
+
+    script, training, model = parse_recipe(
+        ["--config", RECIPE, "--rehearsal_path", str(rehearsal_dir), "--output_dir", str(tmp_path),
+         "--per_device_train_batch_size", "32", "--save_strategy", "no", "--disable_tqdm", "true"]
+    )  # fmt: skip
+    trainer = build_trainer(script, training, model)
+    samples = trainer._rehearsal
+    policy, rehearsal = samples.batch(0, 7, 0, 1), samples.batch(1, 5, 0, 1)
+    width = policy["completion_mask"].size(1)
+    ids = torch.nn.functional.pad(policy["input_ids"], (3, 0), value=samples.pad_token_id)  # wider prompt
+    mask = torch.nn.functional.pad(policy["attention_mask"], (3, 0))
+    pads = (("input_ids", samples.pad_token_id), ("attention_mask", 0), ("position_ids", 0), ("completion_mask", 0))
+    for key, value in pads:
+        rehearsal[key] = torch.nn.functional.pad(rehearsal[key], (0, 2), value=value)  # wider completion
+    rehearsal["ref_logps"] = torch.nn.functional.pad(rehearsal["ref_logps"], (0, 2))
+    with torch.no_grad():
+        alone, entropy_alone, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, width, compute_entropy=True
+        )
+        trainer._pending_rehearsal = rehearsal
+        folded, entropy_folded, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, width, compute_entropy=True
+        )
+        separate = trainer._rehearsal_forward(trainer.model, rehearsal)
+    on = policy["completion_mask"].bool()
+    assert folded.shape == alone.shape and torch.allclose(folded[on], alone[on], atol=1e-5)
+    assert torch.allclose(entropy_folded[on], entropy_alone[on], atol=1e-5)
+    r_on = rehearsal["completion_mask"].bool()
+    assert trainer._rehearsal_logps.shape == rehearsal["completion_mask"].shape
+    assert torch.allclose(trainer._rehearsal_logps[r_on], separate[r_on], atol=1e-5)
+    assert torch.allclose(separate[r_on], rehearsal["ref_logps"][r_on], atol=1e-4)  # untrained policy = reference
 
 
 def test_forward_kl_rehearsal_gradient_is_the_nll_gradient_in_expectation():
@@ -156,3 +193,46 @@ def test_bad_rehearsal_sets_fail_in_one_line(mutate, message, rehearsal_dir, tmp
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and message in err[0], err
+
+
+def _train_dph(recipe: str, rehearsal: Path, out: Path, steps: int, *extra: str, processes: int = 1) -> list[dict]:
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher += ["-m", "accelerate.commands.launch", "--cpu", "--num_processes", str(processes)]
+    cmd = launcher + ["-m", "rlvr_div.train", "--config", str(ROOT / f"recipes/tiny/{recipe}.yaml"),
+                      "--rehearsal_path", str(rehearsal), "--output_dir", str(out), "--max_steps", str(steps),
+                      "--disable_tqdm", "true", "--save_strategy", "no", *extra]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
+
+
+def test_two_process_dph_run_shards_the_rehearsal_batch(rehearsal_dir, tmp_path, tiny_path):
+    logs = _train_dph("dph_forward_kl", rehearsal_dir, tmp_path / "ddp", 2, "--per_device_train_batch_size", "16",
+                      processes=2)  # fmt: skip
+    assert [x["step"] for x in logs] == [1, 2]
+    assert all(math.isfinite(x["rehearsal/forward_kl"]) and x["rehearsal/nll"] > 0 for x in logs)
+
+
+@pytest.fixture(scope="module")
+def full_rehearsal_dir(tmp_path_factory, tiny_path) -> Path:
+    """The recipe's own offline stage, on every `pairsum` training prompt."""
+    out = tmp_path_factory.mktemp("dph_full") / "rehearsal"
+    res = subprocess.run([sys.executable, "-m", "rlvr_div.cli", "rehearse", "--config", RECIPE, "--rehearsal_path",
+                          str(out)], capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["dph_forward_kl", "dph_js"])
+@pytest.mark.parametrize("mode", ["full", "lora", "two_processes"])
+def test_tiny_dph_recipes_train_50_steps(recipe, mode, full_rehearsal_dir, tmp_path, tiny_path):
+    extra = ["--use_peft", "true", "--lora_target_modules", "all-linear"] if mode == "lora" else []
+    processes = 2 if mode == "two_processes" else 1
+    if processes == 2:
+        extra += ["--per_device_train_batch_size", "128"]  # the recipe's 256 rollouts per step over two processes
+    logs = _train_dph(recipe, full_rehearsal_dir, tmp_path / mode, 50, *extra, processes=processes)
+    name = recipe.removeprefix("dph_")
+    assert [x["step"] for x in logs] == list(range(1, 51))
+    assert all(math.isfinite(x[f"rehearsal/{name}"]) and math.isfinite(x["loss"]) for x in logs)

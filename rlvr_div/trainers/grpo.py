@@ -28,7 +28,9 @@ over a shard of the stored rehearsal samples (correct samples of the near-perfec
 the initial policy, with their per-token reference log-probs), with f the generator of ``rehearsal_divergence``
 evaluated on reference samples (``source="reference"``): for forward KL, f(u) = u − log u − 1, whose expected
 gradient equals that of the NLL of the stored samples. The global rehearsal batch (``rehearsal_batch_size``) is
-split over processes and gradient-accumulation micro-steps.
+split over processes and gradient-accumulation micro-steps. The rehearsal rows are stacked under the policy's
+rows in the one forward TRL runs for its loss (one forward and one backward per micro-step, as in GRPO without KL);
+a separate forward is used only where TRL's loss does not score per-token log-probs.
 
 Every step also logs, from rewards gathered over all processes (a prompt's group can span ranks):
 ``diversity/pass_at_group`` (fraction of groups with at least one valid completion), ``diversity/distinct_valid``
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
@@ -206,24 +209,99 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         self._captured_logps: torch.Tensor | None = None
         self._rehearsal = None
         self._rehearsal_micro = 0
+        self._pending_rehearsal: dict[str, torch.Tensor] | None = None
+        self._rehearsal_logps: torch.Tensor | None = None
         self.controller = self.args.make_controller() if self.args.beta_schedule == "validity_target" else None
         if self.args.rehearsal_path is not None:
             from rlvr_div.rehearsal import load_rehearsal_samples
 
             self._rehearsal = load_rehearsal_samples(self.args.rehearsal_path)
 
-    # -- the policy's grad-enabled log-probs, captured while TRL computes its loss
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # noqa: ANN202
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    # -- the policy's grad-enabled log-probs, captured while TRL computes its loss; DPH's rehearsal rows ride along
+    def _get_per_token_logps_and_entropies(  # noqa: ANN202
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **kwargs: Any,
+    ):
+        batch, self._pending_rehearsal = self._pending_rehearsal, None
+        if batch is not None and (compute_aux_loss or any(v is not None for v in kwargs.values())):
+            self._pending_rehearsal = batch  # multimodal or MoE inputs: the rehearsal term takes its own forward
+            batch = None
+        if batch is None:
+            out = super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **kwargs,
+            )
+        else:
+            out = self._folded_logps(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, batch
+            )
         if self._capture_logps:
             self._captured_logps = out[0]
         return out
 
+    def _folded_logps(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None,
+        compute_entropy: bool,
+        rehearsal: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        """One forward over the policy rows and the rehearsal rows stacked below them.
+
+        Both are laid out as [left-padded prompt | right-padded completion] with a common prompt width and
+        completion width, so TRL's scoring of the last ``logits_to_keep`` positions covers both completions. The
+        extra padding is masked out; the model's default positions shift by a constant for rows with more left
+        padding, which rotary attention does not see. The rehearsal log-probs are kept in ``_rehearsal_logps``.
+        """
+        rows = input_ids.size(0)
+        r_ids, r_attention = rehearsal["input_ids"], rehearsal["attention_mask"]
+        r_width = rehearsal["completion_mask"].size(1)
+        prompt, r_prompt = input_ids.size(1) - logits_to_keep, r_ids.size(1) - r_width
+        p_all, c_all = max(prompt, r_prompt), max(logits_to_keep, r_width)
+        pad = self._rehearsal.pad_token_id
+
+        def layout(ids: torch.Tensor, mask: torch.Tensor, p: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+            widths = (p_all - p, c_all - c)
+            return F.pad(ids, widths, value=pad), F.pad(mask.to(attention_mask.dtype), widths, value=0)
+
+        ids, mask = layout(input_ids, attention_mask, prompt, logits_to_keep)
+        r_ids, r_attention = layout(r_ids, r_attention, r_prompt, r_width)
+        chunk = None if batch_size is None or batch_size >= rows else batch_size
+        logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+            model, torch.cat([ids, r_ids]), torch.cat([mask, r_attention]), c_all, chunk, compute_entropy
+        )
+        self._rehearsal_logps = logps[rows:, :r_width]
+        return logps[:rows, :logits_to_keep], None if entropies is None else entropies[:rows, :logits_to_keep], None
+
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        loss = self._online_loss(model, inputs)
-        if self._rehearsal is not None and self.model.training:
-            loss = loss + self.args.rehearsal_coef * self._rehearsal_loss(model)
-        return loss
+        if self._rehearsal is None or not self.model.training:
+            return self._online_loss(model, inputs)
+        batch = self._next_rehearsal_batch()
+        self._pending_rehearsal, self._rehearsal_logps = batch, None
+        try:
+            loss = self._online_loss(model, inputs)
+        finally:
+            self._pending_rehearsal = None
+        logps, self._rehearsal_logps = self._rehearsal_logps, None
+        if logps is None:  # TRL's loss did not score per-token log-probs (e.g. a fused kernel): a separate forward
+            logps = self._rehearsal_forward(model, batch)
+        return loss + self.args.rehearsal_coef * self._rehearsal_term(logps, batch)
 
     def _online_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's policy loss plus the divergence term on the policy's samples."""
@@ -249,33 +327,41 @@ class DivergenceGRPOTrainer(GRPOTrainer):
             per_token = per_token * self._importance_ratio(logps, inputs, mask)
         return loss + coef * self._aggregate(per_token, mask, inputs)
 
-    def _rehearsal_loss(self, model: Any) -> torch.Tensor:
-        """mean_t f(u_t) over this process's shard of the micro-step's rehearsal batch, divided by the accumulation
-        steps like the policy loss (u_t = π_θ/π_ref at the stored tokens, f on reference samples)."""
+    def _next_rehearsal_batch(self) -> dict[str, torch.Tensor]:
+        """This process's shard of the micro-step's rehearsal batch (deterministic in the step: survives a resume)."""
         accum = self.current_gradient_accumulation_steps
         world = self.accelerator.num_processes
         local = max(1, self.args.rehearsal_batch_size // (world * accum))
-        call = self.state.global_step * accum + self._rehearsal_micro % accum  # survives a resume
+        call = self.state.global_step * accum + self._rehearsal_micro % accum
         self._rehearsal_micro += 1
         batch = self._rehearsal.batch(call, local, self.accelerator.process_index, world, seed=self.args.seed)
-        batch = {key: value.to(self.accelerator.device) for key, value in batch.items()}
-        completion_mask = batch["completion_mask"]
-        width = completion_mask.size(1)
+        return {key: value.to(self.accelerator.device) for key, value in batch.items()}
+
+    def _rehearsal_forward(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log π_θ of the stored completion tokens from a forward of its own, at the sampling temperature."""
+        width = batch["completion_mask"].size(1)
         p_len = batch["input_ids"].size(1) - width
         logits = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
         ).logits[:, p_len - 1 : p_len + width - 1]
         # log-probs at the temperature the stored reference log-probs were computed at (checked against summary.json)
         logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        logps = logps.gather(-1, batch["input_ids"][:, p_len:].unsqueeze(-1)).squeeze(-1)
-        ref_logps = batch["ref_logps"]
+        return logps.gather(-1, batch["input_ids"][:, p_len:].unsqueeze(-1)).squeeze(-1)
+
+    def _rehearsal_term(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """mean_t f(u_t) over this process's rehearsal shard, u_t = π_θ/π_ref at the stored tokens (f on reference
+        samples), divided by the accumulation steps like the policy loss."""
+        completion_mask = batch["completion_mask"]
         name = self.args.rehearsal_divergence
-        per_token = token_divergence(name, logps, ref_logps, source="reference", **self.args.divergence_params(name))
-        value = (per_token * completion_mask).sum() / completion_mask.sum().clamp(min=1.0)
-        nll = -(logps.detach() * completion_mask).sum() / completion_mask.sum().clamp(min=1.0)
+        per_token = token_divergence(
+            name, logps, batch["ref_logps"], source="reference", **self.args.divergence_params(name)
+        )
+        tokens = completion_mask.sum().clamp(min=1.0)
+        value = (per_token * completion_mask).sum() / tokens
+        nll = -(logps.detach() * completion_mask).sum() / tokens
         self._metrics["train"][f"rehearsal/{name}"].append(self.accelerator.gather(value.detach()).mean().item())
         self._metrics["train"]["rehearsal/nll"].append(self.accelerator.gather(nll).mean().item())
-        return value / accum
+        return value / self.current_gradient_accumulation_steps
 
     def _importance_ratio(self, logps: torch.Tensor, inputs: dict[str, Any], mask: torch.Tensor) -> torch.Tensor:
         """π_θ/π_old at the level TRL uses for its policy ratio (token or sequence), differentiable in π_θ."""
