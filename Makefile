@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(BIN)/rlvr-div train --config recipes/tiny/grpo.yaml
+	$(BIN)/rlvr-div demo --out demo_out
 
 test: install
 	$(BIN)/python -m pytest -q

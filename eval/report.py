@@ -95,6 +95,19 @@ def plot_accuracy_hist(rates: Mapping[str, list[float]], path: Path) -> None:
 
 def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str) -> Path:
     """Write ``report.md`` and the two plots into ``output_dir``; returns the report's path."""
+    first = results[next(iter(results))]["config"]
+    lines = [f"# pass@k evaluation: task `{first['task']}` ({first['split']} split)", ""]
+    lines += report_sections(output_dir, results, base)
+    path = Path(output_dir) / REPORT
+    path.write_text("\n".join(lines))
+    return path
+
+
+def report_sections(
+    output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str, image_prefix: str = ""
+) -> list[str]:
+    """Draw the two plots into ``output_dir`` and return the report's markdown lines below its title (settings,
+    tables, overtake k, plots; images linked as ``image_prefix + name``)."""
     output_dir = Path(output_dir)
     names = list(results)
     first = results[names[0]]["config"]
@@ -106,8 +119,6 @@ def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], bas
     plot_accuracy_hist(rates, output_dir / HIST_PLOT)
 
     lines = [
-        f"# pass@k evaluation: task `{first['task']}` ({first['split']} split)",
-        "",
         f"Settings: n = {first['n']} samples per problem, temperature {first['temperature']}, top_p {first['top_p']}, "
         f"max_new_tokens {first['max_new_tokens']}, seed {first['seed']}, reward `{first['reward']}`, "
         f"backend {first['backend']}. Base: `{base}`. Values are means over problems ± bootstrap standard error.",
@@ -186,7 +197,6 @@ def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], bas
                 f"  `{n}` no longer solves {vs['lost']} of the {vs['base_solved']} problems `{base}` solves "
                 f"({100 * vs['lost_fraction']:.1f}%) and newly solves {vs['gained']}."
             )
-    lines += ["", "## Plots", "", f"![pass@k]({PASS_PLOT})", "", f"![per-problem accuracy]({HIST_PLOT})", ""]
-    path = output_dir / REPORT
-    path.write_text("\n".join(lines))
-    return path
+    lines += ["", "## Plots", "", f"![pass@k]({image_prefix}{PASS_PLOT})", ""]
+    lines += [f"![per-problem accuracy]({image_prefix}{HIST_PLOT})", ""]
+    return lines
