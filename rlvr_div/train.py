@@ -9,12 +9,15 @@ checkpoint on ``--resume_from_checkpoint true``); save the model or adapter, the
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import re
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,21 @@ class _OneLineParserError(Exception):
     pass
 
 
+# transformers 5.20+ renamed `gradient_checkpointing*` to `activation_checkpointing*`; recipes use the new names
+_CHECKPOINTING_KEYS = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+}
+
+
+def _legacy_flag(arg: str, legacy: dict[str, str]) -> str:
+    """``--activation_checkpointing[=v]`` → ``--gradient_checkpointing[=v]`` when only the old field exists."""
+    name, sep, value = arg.partition("=")
+    if name.startswith("--") and name[2:] in legacy:
+        return f"--{legacy[name[2:]]}{sep}{value}"
+    return arg
+
+
 def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, Any]:
     """Parse ``--config recipe.yaml`` plus CLI overrides into (script, training, model) arguments.
 
@@ -92,6 +110,10 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     spec = TRAINERS.get(_trainer_name(argv, recipe))
     classes = (ScriptArguments, spec.config_class(), ModelConfig)
     known = {f.name for cls in classes for f in fields(cls)} | {"env"}
+    legacy = {new: old for new, old in _CHECKPOINTING_KEYS.items() if new not in known and old in known}
+    if legacy:  # transformers < 5.20 (the vLLM CPU venv): recipe keys `activation_checkpointing*` → old fields
+        known |= set(legacy)
+        argv = [_legacy_flag(a, legacy) for a in argv]
     for key in recipe:
         if key not in known:
             raise ConfigError(f"unknown recipe key {key!r}; `rlvr-div train --help` lists the keys")
@@ -101,6 +123,9 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
         raise _OneLineParserError(message)
 
     parser.error = error  # type: ignore[method-assign]
+    if legacy:
+        set_defaults = parser.set_defaults_with_config
+        parser.set_defaults_with_config = lambda **kw: set_defaults(**{legacy.get(k, k): v for k, v in kw.items()})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -215,6 +240,60 @@ def _resume_arg(value: str | None, out_dir: str) -> str | bool | None:
     return value
 
 
+@contextmanager
+def colocated_vllm_on_cpu(training: Any) -> Iterator[None]:
+    """While the trainer is built: make TRL's colocated vLLM engine work with the CPU build of vLLM.
+
+    - Weight sync: TRL pushes each parameter with ``model.load_weights([(name, param)])``, which needs the
+      checkpoint-format parameters (and their ``weight_loader``); vLLM's CPU backend repacks each linear layer's weight
+      for its GEMM kernels after loading and drops the original, so the first sync fails. vLLM's in-place reload
+      (``model_runner.reload_weights``) restores the checkpoint layout, loads and re-packs; it re-packs only layers
+      that received weights, so a tied LM head (which keeps its own packed copy of the embedding) is re-packed after.
+    - dtype: TRL builds ``LLM(model=...)`` without one and vLLM's ``auto`` serves a float32 checkpoint in bfloat16;
+      the engine gets the policy's dtype, so sampler and trainer log-probs differ only by kernels, not by rounding.
+
+    A no-op unless ``use_vllm`` in colocate mode on vLLM's CPU platform.
+    """
+    if not (getattr(training, "use_vllm", False) and training.vllm_mode == "colocate"):
+        yield
+        return
+    from trl.generation import vllm_generation
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        yield
+        return
+    cls = vllm_generation.VLLMGeneration
+    init_vllm = cls._init_vllm
+
+    def _init_vllm(gen: Any) -> None:
+        llm = vllm_generation.LLM
+        vllm_generation.LLM = functools.partial(llm, dtype=str(gen.model.dtype).removeprefix("torch."))
+        try:
+            init_vllm(gen)
+        finally:
+            vllm_generation.LLM = llm
+        gen.sync_weights = functools.partial(_reload_vllm_weights, gen)
+
+    cls._init_vllm = _init_vllm
+    try:
+        yield
+    finally:
+        cls._init_vllm = init_vllm
+
+
+def _reload_vllm_weights(gen: Any) -> None:
+    """``VLLMGeneration.sync_weights`` for the colocated CPU engine (see :func:`colocated_vllm_on_cpu`)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=gen._iter_named_params(), is_checkpoint_format=True)
+    for module in runner.get_model().modules():
+        if isinstance(module, VocabParallelEmbedding):  # embedding and (tied) LM head: re-pack from the new weight
+            module.quant_method.process_weights_after_loading(module)
+    gen.llm.reset_prefix_cache()
+
+
 def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
     """Dataset, tokenizer, rewards and the trainer (the model is loaded here, by TRL, from its path)."""
     from trl import get_peft_config
@@ -244,15 +323,17 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
         init_kwargs["gguf_file"] = script.gguf_file
     training.model_init_kwargs = init_kwargs or None
     trainer_cls = TRAINERS.get(script.trainer).trainer_class()
-    return trainer_cls(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=training,
-        train_dataset=dataset,
-        processing_class=load_tokenizer(model_path, script.gguf_file),
-        peft_config=get_peft_config(model),
-        callbacks=[metrics_callback(Path(training.output_dir) / "metrics.jsonl")],
-    )
+    with colocated_vllm_on_cpu(training):
+        trainer = trainer_cls(
+            model=model_path,
+            reward_funcs=reward_funcs,
+            args=training,
+            train_dataset=dataset,
+            processing_class=load_tokenizer(model_path, script.gguf_file),
+            peft_config=get_peft_config(model),
+            callbacks=[metrics_callback(Path(training.output_dir) / "metrics.jsonl")],
+        )
+    return trainer
 
 
 def main(argv: list[str] | None = None) -> int:
