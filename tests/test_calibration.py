@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from rlvr_div.calibration import (
     ValidityTargetController,
@@ -21,6 +25,8 @@ from rlvr_div.calibration import (
 )
 from rlvr_div.cli import run_command
 from rlvr_div.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BETAS = (5.0, 1.0, 0.5, 0.33, 0.2, 0.1, 0.05, 0.02)
 
@@ -222,7 +228,7 @@ def test_controller_direction_clip_and_bounds() -> None:
     assert ctrl.beta == 2.0
     for _ in range(200):
         ctrl.update(0.0, 32)
-    assert ctrl.beta == 0.1
+    assert ctrl.beta == pytest.approx(0.1, rel=1e-12)
 
 
 def test_controller_init_from_base_rate_and_state_roundtrip() -> None:
@@ -247,6 +253,7 @@ def test_controller_init_from_base_rate_and_state_roundtrip() -> None:
         {"init_beta": 1.0, "target_validity": 0.9, "prop_gain": -1.0},
         {"init_beta": -1.0, "target_validity": 0.9},
         {"init_beta": None, "target_validity": 0.2, "base_rate": 0.3},
+        {"init_beta": 1.0, "target_validity": 0.9, "approach_steps": -1.0},
     ],
 )
 def test_controller_bad_config(kwargs) -> None:
@@ -260,3 +267,77 @@ def test_controller_bad_update() -> None:
         ctrl.update(1.5, 8)
     with pytest.raises(ConfigError):
         ctrl.update(0.5, 0)
+
+
+def test_controller_conditional_integration_freezes_while_validity_approaches() -> None:
+    """A policy whose validity ramps toward the target on its own (logit +0.1 per step, whatever β is): with
+    ``approach_steps`` the integral (Â) is left alone while the ramp closes the gap, without it Â winds down."""
+    target, start = 0.8, 0.3
+    on = ValidityTargetController(0.5, target, prop_gain=0.0, approach_steps=30.0)
+    off = ValidityTargetController(0.5, target, prop_gain=0.0)
+    for t in range(20):  # logit 0.3 + 0.1·t stays below logit 0.8 (the gap is 2.23 logits)
+        v = 1 / (1 + math.exp(-(_logit(start) + 0.1 * t)))
+        on.update(v, 10**6)
+        off.update(v, 10**6)
+        if t == 0:
+            after_first = on.base_rate_estimate  # the first update has no rate yet: it integrates
+            assert not on.frozen
+        else:
+            assert on.frozen and not off.frozen
+    assert on.base_rate_estimate == pytest.approx(after_first, rel=1e-12)
+    assert off.base_rate_estimate < 0.05 * after_first  # wound down: β far below where it started
+    assert on.beta > 2 * off.beta
+    # past the target and still rising: moving away, so the integral acts again and raises β
+    beta = on.beta
+    on.update(0.95, 10**6)
+    assert not on.frozen and on.beta > beta
+
+
+@pytest.mark.slow
+def test_validity_target_recipe_holds_the_band(tmp_path, tiny_path) -> None:
+    """Issue 7: the 100-step tiny recipe keeps the logged running validity (the controller's EMA over
+    ``validity_horizon`` completions) within ±0.05 of ``target_validity`` on every step 51–100."""
+    recipe = ROOT / "recipes/tiny/validity_target.yaml"
+    target = yaml.safe_load(recipe.read_text())["target_validity"]
+    cmd = [sys.executable, "-m", "rlvr_div.train", "--config", str(recipe), "--output_dir", str(tmp_path),
+           "--disable_tqdm", "true", "--save_strategy", "no"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    running = {r["step"]: r["controller/running_validity"] for r in rows if "controller/running_validity" in r}
+    late = [running[step] for step in range(51, 101)]
+    outside = [(step, round(m, 3)) for step, m in zip(range(51, 101), late, strict=True) if abs(m - target) > 0.05]
+    assert not outside, f"running validity outside {target} ± 0.05 at (step, value): {outside}"
+
+
+def test_controller_log_actuator_is_multiplicative() -> None:
+    """``actuator="log"``: the PI law acts on log β (β* ← β*·e^{gain·e}, β = β*·e^{prop_gain·e}), with the caps."""
+    ctrl = ValidityTargetController(0.5, 0.8, actuator="log", gain=0.5, prop_gain=0.0, max_step=0.5, beta_min=0.1)
+    ctrl.update(0.5, 32)  # below target: the error (−1.39 logits) is clipped to −0.5
+    assert ctrl.beta == pytest.approx(0.5 * math.exp(-0.25), rel=1e-12)
+    assert ctrl.base_rate_estimate == pytest.approx(1 / (1 + math.exp(-(_logit(0.8) - 1 / ctrl.beta))), rel=1e-12)
+    for _ in range(100):
+        ctrl.update(0.0, 32)
+    assert ctrl.beta == pytest.approx(0.1, rel=1e-12)
+    ctrl.update(1.0, 10**6)  # the integral sat at the floor (no wind-up): one step above target lifts β at once
+    assert ctrl.beta == pytest.approx(0.1 * math.exp(0.25), rel=1e-12)
+    with pytest.raises(ConfigError):
+        ValidityTargetController(1.0, 0.9, actuator="sqrt")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("lag", [1.0, 0.1])
+def test_controller_log_actuator_with_conditional_integration_tracks(seed, lag) -> None:
+    """Log actuator plus conditional integration on the tilted model (lag 1: validity = μ(β, A) at once) and on a
+    slow learner (logit validity moves 10% of the way to μ(β, A_t) per step, A_t drifting 0.2 → 0.45)."""
+    target, state = 0.9, {"logit": _logit(0.2)}
+
+    def validity(t: int, beta: float) -> float:
+        a_t = 0.2 + 0.25 * min(t / 100, 1.0)
+        goal = _logit(min(validity_at(beta, a_t), 1 - 1e-9))
+        state["logit"] += lag * (goal - state["logit"])
+        return 1 / (1 + math.exp(-state["logit"]))
+
+    ctrl = ValidityTargetController(None, target, base_rate=0.2, actuator="log", approach_steps=20.0)
+    running = _run(ctrl, 100, validity, seed=seed)
+    assert max(abs(m - target) for m in running[50:]) <= 0.05

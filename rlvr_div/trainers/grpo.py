@@ -119,7 +119,25 @@ class DivergenceGRPOConfig(GRPOConfig):
     validity_horizon: float = field(
         default=256.0, metadata={"help": "validity_target: EMA horizon of the running validity, in completions."}
     )
-    controller_gain: float = field(default=0.5, metadata={"help": "validity_target: gain of the β update (0, 2]."})
+    controller_gain: float = field(
+        default=0.5, metadata={"help": "validity_target: integral gain per logit of validity error, in (0, 1]."}
+    )
+    controller_prop_gain: float = field(
+        default=1.5, metadata={"help": "validity_target: proportional gain (on 1/β or log β) per logit of error."}
+    )
+    controller_beta_min: float = field(default=1e-3, metadata={"help": "validity_target: lower bound of β."})
+    controller_beta_max: float = field(default=100.0, metadata={"help": "validity_target: upper bound of β."})
+    controller_approach_steps: float = field(
+        default=0.0,
+        metadata={
+            "help": "validity_target: skip the integral step while the running validity would reach the target "
+            "within this many steps at its current rate (conditional integration; 0 = off)."
+        },
+    )
+    controller_actuator: str = field(
+        default="inverse",
+        metadata={"help": "validity_target: PI law on 'inverse' (1/β, the tilted-model closed form) or 'log' (log β)."},
+    )
     reward_shaping: str = field(
         default="none",
         metadata={"help": "Group reward transform: none, mara (needs divergence_coef > 0), unlikeliness, pkpo."},
@@ -195,6 +213,11 @@ class DivergenceGRPOConfig(GRPOConfig):
             target_validity=self.target_validity,
             horizon=self.validity_horizon,
             gain=self.controller_gain,
+            prop_gain=self.controller_prop_gain,
+            beta_min=self.controller_beta_min,
+            beta_max=self.controller_beta_max,
+            approach_steps=self.controller_approach_steps,
+            actuator=self.controller_actuator,
         )
 
 
