@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlvr_div import toy
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.distributional import (
@@ -26,6 +27,7 @@ from rlvr_div.trainers.distributional import (
     pseudo_rewards,
     reinforce_loss,
 )
+from rlvr_div.trainers.grpo import group_diversity
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny" / "alpha_dpg.yaml")
@@ -41,6 +43,7 @@ REGISTER = (
     f"if 'dpg' not in TRAINERS: TRAINERS.add('dpg', TrainerSpec(*{DPG_SPEC!r}))\n"
 )
 exec(REGISTER)
+DIVERSITY_KEYS = ("diversity/pass_at_group", "diversity/distinct_valid", "diversity/valid_rate")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -86,6 +89,41 @@ def test_pseudo_rewards(divergence, t, expected):
     assert r.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.parametrize(
+    "divergence, alpha, clip, t, expected",
+    [
+        ("alpha", 0.5, 10.0, 0.25, 1.0),  # 0.25^{−1/2} − 1
+        ("alpha", 0.5, 10.0, 4.0, -0.5),
+        ("alpha", 0.5, 10.0, 1.0, 0.0),  # π = p*: no push
+        ("alpha", 0.9, 10.0, 2.0, 2**-0.1 - 1),
+        ("alpha", 0.5, 2.0, 0.04, 2.0),  # 0.04^{−1/2} − 1 = 4 > M = 2
+        ("alpha", 0.5, 2.0, 0.25, 1.0),  # 1 < M: untouched
+        ("alpha", 0.5, 2.0, math.inf, -1.0),
+        ("forward_kl", 0.25, 2.0, 0.25, 2.0),  # 1/t − 1 = 3 > M
+        ("forward_kl", 0.25, 2.0, 0.5, 1.0),
+        ("js", 0.25, 0.5, 0.25, 0.5),  # log((1 + 4)/2) = 0.916 > M
+        ("js", 0.25, 0.5, 2.0, math.log(0.75)),
+        ("js", 0.25, 0.5, math.inf, -math.log(2)),
+    ],
+)
+def test_pseudo_rewards_other_alpha_and_clip(divergence, alpha, clip, t, expected):
+    r = pseudo_rewards(torch.tensor([math.log(t)], dtype=torch.float64), divergence, alpha=alpha, clip=clip)
+    assert r.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_partition_estimate_custom_floor_and_exact_clamp():
+    # group 1: no valid sample → Ẑ = z_floor = 0.01; group 2: (e^0 + e^0)/2 = 1 exactly (clamp inactive);
+    # group 3: one valid of 2 with L^ref − L = log 4 → Ẑ = 4/2 = 2 → clamped to 1
+    policy = torch.tensor([-1.0, -2.0, -3.0, -5.0, -4.0, -1.0])
+    ref = torch.tensor([-1.0, -2.0, -3.0, -5.0, -4.0 + math.log(4.0), -9.0])
+    valid = torch.tensor([False, False, True, True, True, False])
+    log_z = log_partition_estimate(policy, ref, valid, group=2, z_floor=0.01)
+    assert log_z.tolist() == pytest.approx([math.log(0.01), 0.0, 0.0], abs=1e-12)
+    log_t = log_target_ratio(policy, ref, valid, log_z, group=2)
+    assert log_t[2:5].tolist() == pytest.approx([0.0, 0.0, -math.log(4.0)])
+    assert torch.isinf(log_t[[0, 1, 5]]).all()
+
+
 def test_alpha_family_tends_to_forward_kl():
     log_t = torch.tensor([-2.0, -0.3, 0.0, 0.7, 3.0, math.inf])
     small = pseudo_rewards(log_t, "alpha", alpha=1e-9, clip=1e6)
@@ -107,6 +145,8 @@ def test_divergence_estimate_values():
 def test_leave_one_out():
     a = leave_one_out(torch.tensor([1.0, 2.0, 3.0, 6.0, 0.0, 0.0, 5.0, 1.0]), group=4)
     assert a.tolist() == pytest.approx([1 - 11 / 3, 2 - 10 / 3, 3 - 3, 6 - 2, -2, -2, 5 - 1 / 3, 1 - 5 / 3])
+    # groups of 2: A_i = R_i − R_j
+    assert leave_one_out(torch.tensor([3.0, -1.0, 0.5, 0.5]), group=2).tolist() == [4.0, -4.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="groups of 3"):
         leave_one_out(torch.zeros(8), group=3)
 
@@ -124,6 +164,36 @@ def test_dpg_advantages_end_to_end():
     mean = (2 * r_valid - 2) / 4
     assert out.advantages.tolist() == pytest.approx([4 / 3 * (r - mean) for r in out.rewards.tolist()])
     assert out.advantages.sum().item() == pytest.approx(0.0, abs=1e-12)
+
+
+HAND_R = {  # −f′(t) by hand (α = 0.25), and the value of an invalid sample
+    "alpha": (lambda t: t**-0.75 - 1, -1.0),
+    "forward_kl": (lambda t: 1 / t - 1, -1.0),
+    "js": (lambda t: math.log((1 + 1 / t) / 2), -math.log(2)),
+}
+
+
+@pytest.mark.parametrize("divergence", ["alpha", "forward_kl", "js"])
+def test_dpg_advantages_end_to_end_every_divergence(divergence):
+    r, r_invalid = HAND_R[divergence]
+    # group 1 as above: Ẑ = e^{−1}/2 and t = 1/2 for both valid samples; group 2: three valid samples with
+    # L^ref − L = 0, 0, −12 → Ẑ = (2 + e^{−12})/4, t = Ẑ for the first two and t = e^{12}·Ẑ (π ≫ p*) for the third
+    policy = torch.tensor([-1.0, -2.0, -3.0, -4.0, -2.0, -2.0, -1.0, -3.0])
+    ref = torch.tensor([-2.0, -5.0, -4.0, -4.0, -2.0, -2.0, -13.0, -3.0])
+    valid = torch.tensor([True, False, True, False, True, True, True, False])
+    out = dpg_advantages(policy, ref, valid, group=4, divergence=divergence, alpha=0.25, clip=10.0)
+    z2 = (2 + math.exp(-12)) / 4
+    assert out.log_z.tolist() == pytest.approx([math.log(math.exp(-1) / 2), math.log(z2)])
+    expected = [r(0.5), r_invalid, r(0.5), r_invalid, r(z2), r(z2), r(math.exp(12) * z2), r_invalid]
+    assert out.rewards.tolist() == pytest.approx(expected, rel=1e-9)
+    loo = [x - (sum(expected[g : g + 4]) - x) / 3 for g in (0, 4) for x in expected[g : g + 4]]
+    assert out.advantages.tolist() == pytest.approx(loo, rel=1e-9, abs=1e-12)
+    # the clip: Ẑ = e^{20}/2 → clamped to 1, t = e^{−20} for the valid sample: R = M exactly, A = ±(M − R_invalid)
+    clipped = dpg_advantages(torch.tensor([-20.0, -1.0]), torch.tensor([0.0, -1.0]), torch.tensor([True, False]), 2,
+                             divergence, 0.25, clip=10.0)  # fmt: skip
+    assert clipped.log_z.item() == 0.0
+    assert clipped.rewards.tolist() == pytest.approx([10.0, r_invalid])
+    assert clipped.advantages.tolist() == pytest.approx([10.0 - r_invalid, r_invalid - 10.0])
 
 
 def test_all_invalid_group_has_zero_advantage():
@@ -277,6 +347,45 @@ def test_partition_estimate_bias_shrinks_with_group_size():
     assert cos32 > 0.95 and cos32 > cos4 + 0.02, (cos4, cos32)
 
 
+@pytest.mark.parametrize("name, alpha", [("alpha", 0.25), ("alpha", 0.6), ("forward_kl", 0.25), ("js", 0.25)])
+def test_one_dpg_sgd_step_decreases_exact_divergence_on_toy_lab(name, alpha):
+    """The toy lab's tabular family (rlvr_div/toy.py: all 4^6 sequences, bigram base a, mod-5 validity) under the
+    full sampled pipeline (Ẑ per group of 8, M = 10, leave-one-out, REINFORCE loss): one plain SGD step with a small
+    learning rate lowers the exact D_f(π‖p*) by enumeration, by about the first-order amount lr·⟨∇D, ∇loss⟩."""
+    world = toy.make_world()
+    family = toy.Tabular(world)
+    g = torch.Generator().manual_seed(0)
+    theta0 = family.init_params() + 0.5 * torch.randn(world.log_a.shape, generator=g, dtype=torch.float64)
+    # α-DPG's α is DPH-RL's (the toy lab's) 1 − α: D_α^{α-DPG}(π‖p*) = D_{1−α}^{DPH}(π‖p*)
+    toy_alpha = 1 - alpha if name == "alpha" else toy.DEFAULT_ALPHA
+
+    def exact(theta: torch.Tensor) -> torch.Tensor:
+        return toy.projection_objective(world, name, toy_alpha).value(family.log_probs(theta))
+
+    theta = theta0.clone().requires_grad_(True)
+    n, groups = 8, 2000
+    with torch.no_grad():
+        samples = torch.multinomial(theta0.softmax(0), n * groups, replacement=True, generator=g)
+    seq = family.log_probs(theta)[samples]
+    out = dpg_advantages(seq.detach(), world.log_a[samples], world.valid[samples], n, name, alpha, clip=10.0)
+    (grad_loss,) = torch.autograd.grad(reinforce_loss(seq, out.advantages, normaliser=1.0), theta)
+    theta_d = theta0.clone().requires_grad_(True)
+    d0 = exact(theta_d)
+    (grad_d,) = torch.autograd.grad(d0, theta_d)
+    assert torch.nn.functional.cosine_similarity(grad_loss, grad_d, dim=0).item() > 0.5
+    lr = 1.0  # ‖Δθ‖ ≈ 0.04–0.1 here
+    d1 = exact(theta0 - lr * grad_loss).item()
+    first_order = lr * torch.dot(grad_d, grad_loss).item()
+    assert d1 < d0.item() - 1e-3, (d0.item(), d1)
+    assert d0.item() - d1 == pytest.approx(first_order, rel=0.1)
+    # the toy lab's divergence is the one these tests descend elsewhere (same generator, same invalid-mass limit)
+    log_pi = family.log_probs(theta0)
+    assert toy.f_divergence(log_pi, world.log_filtered, name, toy_alpha) == pytest.approx(d0.item(), rel=1e-12)
+    log_t = torch.where(world.valid, log_pi - world.log_filtered, torch.full_like(log_pi, math.inf))
+    estimate = (log_pi.exp() * divergence_estimate(log_t, name, alpha)).sum().item()
+    assert estimate == pytest.approx(d0.item(), rel=1e-9)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The trainer on the tiny model
 
@@ -322,6 +431,10 @@ def test_trainer_advantages_and_loss_match_the_formulas(tmp_path, tiny_path):
     metrics = trainer._metrics["train"]
     assert metrics["dpg/invalid_frac"][-1] == pytest.approx(1 - valid.float().mean().item())
     assert metrics["dpg/pseudo_reward_max"][-1] == pytest.approx(expected.rewards.max().item(), rel=1e-5)
+    # the divergence trainer's group diversity metrics, from the same function on this batch's texts
+    texts = [c.strip() for c in trainer._logs["completion"]]
+    for key, value in group_diversity(valid, texts, 8).items():
+        assert metrics[f"diversity/{key}"] == [pytest.approx(value)]
     assert metrics["diversity/valid_rate"][-1] == pytest.approx(valid.float().mean().item())
     # the loss: plain REINFORCE on sequence log-probs, normalised by max_completion_length, no KL term
     params = [p for p in trainer.model.parameters() if p.requires_grad]
@@ -358,6 +471,12 @@ def test_recipe_short_run(lora, tmp_path, tiny_path):
     assert [x["step"] for x in lines] == [1, 2]
     assert all(0 < x["dpg/z_mean"] <= 1 and x["dpg/pseudo_reward_min"] >= -1 for x in lines)
     assert (out / ("adapter_config.json" if lora else "model.safetensors")).exists()
+    # the same in-training diversity metrics as DivergenceGRPOTrainer, every logged step
+    for x in lines:
+        assert all(key in x for key in DIVERSITY_KEYS), sorted(x)
+        assert 0 <= x["diversity/pass_at_group"] <= 1 and 0 <= x["diversity/valid_rate"] <= 1
+        assert 0 <= x["diversity/distinct_valid"] <= 8
+        assert x["diversity/valid_rate"] == pytest.approx(1 - x["dpg/invalid_frac"])
 
 
 def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
@@ -376,6 +495,17 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
         (["--dpg_clip", "-1"], "dpg_clip"),
         (["--beta", "0.04"], "no KL term"),
         (["--num_generations", "1", "--per_device_train_batch_size", "8"], "num_generations >= 2"),
+        (["--dpg_alpha", "0"], "dpg_alpha must be in (0, 1)"),
+        (["--dpg_alpha", "1"], "dpg_alpha must be in (0, 1)"),
+        (["--dpg_alpha", "-0.5"], "dpg_alpha must be in (0, 1)"),
+        (["--dpg_clip", "0"], "dpg_clip (M) must be a finite number > 0"),
+        (["--dpg_clip", "inf"], "dpg_clip (M) must be a finite number > 0"),
+        (["--dpg_clip", "nan"], "dpg_clip (M) must be a finite number > 0"),
+        (["--dpg_z_floor", "0"], "dpg_z_floor must be in (0, 1]"),
+        (["--dpg_z_floor", "1.5"], "dpg_z_floor must be in (0, 1]"),
+        (["--validity_reward_index", "-1"], "validity_reward_index must be >= 0"),
+        (["--use_vllm", "true", "--vllm_importance_sampling_mode", "token_truncate"], "sequence_mask"),
+        (["--dpg_alpha", "abc"], "dpg_alpha"),
     ],
 )
 def test_bad_settings_fail_in_one_line(extra, message, capsys, no_model_loads, tmp_path):
@@ -383,6 +513,16 @@ def test_bad_settings_fail_in_one_line(extra, message, capsys, no_model_loads, t
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_validity_index_beyond_the_rewards_fails_before_the_model_loads(tiny_path, no_model_loads, capsys, tmp_path):
+    # a local model path (the tiny base, built beforehand): the check runs before TRL loads it
+    argv = ["train", "--config", RECIPE, "--output_dir", str(tmp_path), "--model_name_or_path", tiny_path,
+            "--validity_reward_index", "1"]  # fmt: skip
+    rc = cli_main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and "validity_reward_index=1 but only 1 reward function(s)" in err[0], err
 
 
 @pytest.mark.slow
@@ -394,3 +534,4 @@ def test_recipe_trains_50_steps(lora, tmp_path, tiny_path):
     lines = [x for x in _metrics(out) if "dpg/divergence" in x]
     assert [x["step"] for x in lines] == list(range(1, 51))
     assert all(math.isfinite(x["dpg/divergence"]) and math.isfinite(x["loss"]) for x in lines)
+    assert all(key in x for x in lines for key in DIVERSITY_KEYS)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
 
+from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.reward_shaping import (
     check_reward_shaping,
@@ -40,6 +42,19 @@ def test_mara_hand_values():
     # group 1: H = {0, 1, 3}, anchor 1 (L^ref = −1): R̄_0 = 1 + 0.1·2, R̄_3 = 1 + 0.1·1; sample 2 (R < τ) unchanged
     # group 2: H empty, unchanged; group 3: NaN never in H, tie between 9 and 10 → anchor 9
     assert _same(out, [1.2, 1.0, 0.0, 1.1, 0, 0, 0, 0, NAN, 1.0, 1.0, 0.0])
+
+
+def test_mara_graded_rewards_take_the_anchor_reward():
+    # τ = 0.5: H = {0, 1, 3}; the anchor is 0 (L^ref = −1, the reference's favourite) even though R_3 = 1 > R_0 = 0.6:
+    # R̄_1 = 0.6 + 0.1·(−1 − (−3)) = 0.8, R̄_3 = 0.6 + 0.1·(−1 − (−2)) = 0.7; R_2 = 0.2 < τ unchanged
+    rewards = torch.tensor([0.6, 0.9, 0.2, 1.0])
+    ref = torch.tensor([-1.0, -3.0, -0.5, -2.0])
+    assert _same(mara_rewards(rewards, ref, group=4, tau=0.5, beta=0.1), [0.6, 0.8, 0.2, 0.7])
+    # τ above every reward: nothing is re-anchored
+    assert _same(mara_rewards(rewards, ref, group=4, tau=1.5, beta=0.1), rewards.tolist())
+    # groups of 2 with β = 0.5: anchor 1 in the first (L^ref −2 > −4), 2 in the second (tie → the first)
+    out = mara_rewards(torch.tensor([1.0, 1.0, 1.0, 1.0]), torch.tensor([-4.0, -2.0, -3.0, -3.0]), 2, 1.0, 0.5)
+    assert _same(out, [2.0, 1.0, 1.0, 1.0])
 
 
 def test_mara_equalises_the_kl_optimum_on_high_reward_samples():
@@ -73,6 +88,15 @@ def test_unlikeliness_hand_values():
     assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=0.25, among="all"), [0.8125, 0.0, 0.9375, 0.875])
 
 
+def test_unlikeliness_lambda_one_and_graded_rewards():
+    # λ = 1, G = 4, among all: ranks by increasing log-prob 3 (−4), 1 (−3), 0 (−2), 2 (−1) → factors 1 − rank/4
+    rewards = torch.tensor([1.0, 0.5, 1.0, 1.0])
+    logp = torch.tensor([-2.0, -3.0, -1.0, -4.0])
+    assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=1.0, among="all"), [0.5, 0.375, 0.25, 1.0])
+    # among correct (r > 0, so the 0.5 counts): the same ranks here
+    assert _same(unlikeliness_rewards(rewards, logp, group=4, lam=1.0), [0.5, 0.375, 0.25, 1.0])
+
+
 def test_unlikeliness_ties_nan_and_groups():
     rewards = torch.tensor([1.0, 1.0, NAN, 0.0, 1.0, 1.0, 1.0, 1.0])
     logp = torch.tensor([-2.0, -2.0, -9.0, -1.0, -1.0, -2.0, -3.0, -4.0])
@@ -103,6 +127,14 @@ def test_pkpo_hand_values():
     # k = 1 is the plain reward / n; k = n rewards only a group's single correct sample
     assert _same(pkpo_rewards(correct, group=4, k=1), (correct.float() / 4).tolist())
     assert _same(pkpo_advantages(correct, group=4, k=4), [0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0])
+
+
+def test_pkpo_hand_values_k3():
+    correct = torch.tensor([1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1], dtype=torch.bool)
+    # n = 4, k = 3: correct 3/4; incorrect (3/4)·ρ(3, c, 2), ρ(3, 1, 2) = 1 − C(2,2)/C(3,2) = 2/3, ρ(3, 2, 2) = 1
+    assert _same(pkpo_rewards(correct, 4, 3), [0.75, 0.5, 0.5, 0.5, 0.75, 0.75, 0.75, 0.75, 0.75, 0.75, 0.75, 0.75])
+    # advantages of correct samples (3/4)·C(4−c, 2)/C(3, 2): c = 1 → 3/4, c = 2 → 1/4, c = 4 → 0; incorrect → 0
+    assert _same(pkpo_advantages(correct, 4, 3), [0.75, 0, 0, 0, 0.25, 0.25, 0, 0, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("n, k", [(4, 1), (4, 2), (4, 4), (6, 3), (6, 5)])
@@ -162,3 +194,83 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe):
     keys = ("mara_tau", "unlikeliness_lambda", "unlikeliness_rank", "pkpo_k", "num_generations")
     params = {k: data[k] for k in keys if k in data}
     check_reward_shaping(recipe, data.get("divergence_coef", 0.0), **params)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--reward_shaping", "nope"], "unknown reward_shaping 'nope'"),
+        (
+            ["--reward_shaping", "unlikeliness", "--unlikeliness_lambda", "-0.1"],
+            "unlikeliness_lambda must be in [0, 1]",
+        ),
+        (["--reward_shaping", "unlikeliness", "--unlikeliness_lambda", "1.5"], "unlikeliness_lambda must be in [0, 1]"),
+        (["--reward_shaping", "unlikeliness", "--unlikeliness_rank", "best"], "unlikeliness_rank must be one of"),
+        (["--reward_shaping", "pkpo", "--pkpo_k", "9"], "pkpo_k=9 exceeds num_generations=8"),
+        (["--reward_shaping", "pkpo", "--pkpo_k", "0"], "pkpo_k must be an integer >= 1"),
+        (["--reward_shaping", "pkpo", "--pkpo_k", "2.5"], "pkpo_k"),
+        (["--reward_shaping", "mara", "--divergence", "none", "--divergence_coef", "0"], "inert at β = 0"),
+        (["--reward_shaping", "mara", "--divergence_coef", "0"], "inert at β = 0"),
+        (["--reward_shaping", "mara", "--mara_tau", "inf"], "mara_tau must be a finite number"),
+        (["--reward_shaping", "mara", "--mara_tau", "nan"], "mara_tau must be a finite number"),
+    ],
+)
+def test_bad_shaping_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
+    recipe = str(ROOT / "recipes" / "tiny" / "mara.yaml")  # reverse_kl with divergence_coef 0.05, 8 generations
+    rc = cli_main(["train", "--config", recipe, "--output_dir", str(tmp_path), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The trainer's shaped advantages (DivergenceGRPOTrainer) against the formulas
+
+
+@pytest.mark.parametrize(
+    "shaping, kw",
+    [
+        ("mara", {"divergence": "reverse_kl", "divergence_coef": 0.05, "mara_tau": 1.0}),
+        ("unlikeliness", {"unlikeliness_lambda": 0.5}),
+        ("unlikeliness", {"unlikeliness_lambda": 0.5, "unlikeliness_rank": "all", "scale_rewards": "none"}),
+        ("pkpo", {"pkpo_k": 4, "scale_rewards": "none"}),
+    ],
+)
+def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tiny_path):
+    from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
+
+    torch.manual_seed(0)
+    args = _config(DivergenceGRPOConfig, tmp_path, reward_shaping=shaping, **kw)
+    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer.model.train()
+    rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
+    out = trainer._generate_and_score_completions(rows)
+    rewards = torch.tensor(list(trainer._logs["rewards"]["pair_sum"]), dtype=torch.float32)  # TRL's, unshaped
+    mask = out["completion_mask"]
+    if shaping == "pkpo":
+        expected = pkpo_advantages(rewards == 1.0, 8, kw["pkpo_k"])  # used as they are: no centring, no scaling
+    else:
+        if shaping == "mara":  # sequence log-probs under the reference, β = divergence_coef
+            ref = (out["ref_per_token_logps"] * mask).sum(-1)
+            shaped = mara_rewards(rewards, ref, 8, kw["mara_tau"], kw["divergence_coef"])
+        else:  # mean per-token log-prob under the sampling policy
+            old = trainer._policy_logps_no_grad(out)
+            score = (old * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+            shaped = unlikeliness_rewards(
+                rewards, score, 8, kw["unlikeliness_lambda"], kw.get("unlikeliness_rank", "correct")
+            )
+        grouped = shaped.view(-1, 8)
+        expected = (grouped - grouped.mean(1, keepdim=True)).view(-1)
+        if kw.get("scale_rewards", "group") == "group":
+            expected = expected / (grouped.std(1, keepdim=True).expand_as(grouped).reshape(-1) + 1e-4)
+        assert not torch.equal(shaped, rewards)  # the shaping did something on this batch
+    assert torch.allclose(out["advantages"].float(), expected.float(), atol=1e-5), (out["advantages"], expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["mara", "unlikeliness", "pkpo"])
+@pytest.mark.parametrize("lora", [False, True])
+def test_reward_shaping_recipes_train_50_steps(recipe, lora, tmp_path, tiny_path):
+    logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=256)
+    assert [x["step"] for x in logs] == list(range(1, 51))
+    assert all(math.isfinite(x["loss"]) and "diversity/pass_at_group" in x for x in logs)

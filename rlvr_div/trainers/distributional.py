@@ -44,6 +44,7 @@ Docs: ``docs/distributional.md``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
+from rlvr_div.trainers.grpo import group_diversity
 
 DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
 REF_BETA = 1.0  # TRL's `beta` while training with DPG: only switches on TRL's reference log-probs, never a KL term
@@ -274,23 +276,30 @@ class DPGConfig(GRPOConfig):
             )
 
 
+def _check_validity_index(index: int, n_rewards: int) -> None:
+    if index >= n_rewards:
+        raise ConfigError(
+            f"validity_reward_index={index} but only {n_rewards} reward function(s) are given (indices start at 0)"
+        )
+
+
 class DPGTrainer(GRPOTrainer):
     """α-DPG / f-DPG on top of TRL's generation, reward and reference machinery (see the module docstring)."""
 
     _tag_names = ["trl", "grpo", "rlvr-div", "dpg"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # checked before GRPOTrainer.__init__ loads the model from its path
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        config, funcs = bound.get("args"), bound.get("reward_funcs")
+        if config is not None and funcs is not None:
+            n_funcs = len(funcs) if isinstance(funcs, list) else 1
+            _check_validity_index(getattr(config, "validity_reward_index", 0), n_funcs)
         super().__init__(*args, **kwargs)
-        if self.args.validity_reward_index >= len(self.reward_funcs):
-            raise ConfigError(
-                f"validity_reward_index={self.args.validity_reward_index} but only {len(self.reward_funcs)} reward "
-                "function(s) are given"
-            )
+        _check_validity_index(self.args.validity_reward_index, len(self.reward_funcs))
         self._dpg_valid: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
-        from rlvr_div.trainers.grpo import group_diversity
-
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._dpg_valid = rewards_per_func[:, self.args.validity_reward_index] == 1.0  # gathered; NaN → invalid
         mode = "train" if self.model.training else "eval"
