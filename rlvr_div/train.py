@@ -159,6 +159,11 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
         REWARDS.get(name)
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
+    index = getattr(training, "validity_reward_index", 0)
+    if not 0 <= index < len(rewards):
+        raise ConfigError(
+            f"validity_reward_index={index} but the rewards are {rewards} (indices start at 0, one per reward)"
+        )
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
     if check_rehearsal_set and getattr(training, "rehearsal_path", None) is not None:

@@ -213,6 +213,7 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe):
         (["--reward_shaping", "mara", "--divergence_coef", "0"], "inert at β = 0"),
         (["--reward_shaping", "mara", "--mara_tau", "inf"], "mara_tau must be a finite number"),
         (["--reward_shaping", "mara", "--mara_tau", "nan"], "mara_tau must be a finite number"),
+        (["--reward_shaping", "mara", "--divergence", "forward_kl"], "needs divergence: reverse_kl"),
     ],
 )
 def test_bad_shaping_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
@@ -265,6 +266,8 @@ def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tin
             expected = expected / (grouped.std(1, keepdim=True).expand_as(grouped).reshape(-1) + 1e-4)
         assert not torch.equal(shaped, rewards)  # the shaping did something on this batch
     assert torch.allclose(out["advantages"].float(), expected.float(), atol=1e-5), (out["advantages"], expected)
+    logged = torch.tensor(list(trainer._logs["advantages"]))  # the completions log shows the shaped advantages
+    assert logged.shape == expected.shape and torch.allclose(logged.float(), expected.float(), atol=1e-5)
 
 
 @pytest.mark.slow

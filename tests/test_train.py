@@ -30,6 +30,7 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.ya
         (["--learning_rate", "abc"], "learning_rate"),
         (["--trainer", "nope"], "unknown trainer 'nope'"),
         (["--resume_from_checkpoint", "/no/such/ckpt"], "resume_from_checkpoint"),
+        (["--trainer", "divergence", "--validity_reward_index", "1"], "validity_reward_index=1 but the rewards are"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(extra, message, capsys, no_model_loads, tmp_path):

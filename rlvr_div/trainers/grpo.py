@@ -189,6 +189,11 @@ class DivergenceGRPOConfig(GRPOConfig):
                 )
             if self.rehearsal_batch_size < 1:
                 raise ConfigError(f"rehearsal_batch_size must be >= 1, got {self.rehearsal_batch_size}")
+        if self.reward_shaping == "mara" and self.divergence not in ("reverse_kl", "none"):
+            raise ConfigError(
+                f"reward_shaping 'mara' re-anchors rewards for the reverse-KL-regularised optimum; it needs "
+                f"divergence: reverse_kl, got {self.divergence!r}"
+            )
         check_reward_shaping(
             self.reward_shaping,
             self.divergence_coef if self.divergence != "none" else 0.0,
@@ -478,6 +483,10 @@ class DivergenceGRPOTrainer(GRPOTrainer):
                 adv = adv / (grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1) + 1e-4)
             elif self.scale_rewards == "batch":
                 adv = adv / (rewards.std() + 1e-4)
+        logged = self._logs["advantages"]  # TRL logged the unshaped advantages of this batch last: replace them
+        for _ in range(min(adv.numel(), len(logged))):
+            logged.pop()
+        logged.extend(adv.tolist())
         local = mask.size(0)
         start = self.accelerator.process_index * local
         return adv[start : start + local].to(out["advantages"].dtype)
