@@ -522,7 +522,13 @@ def test_validity_index_beyond_the_rewards_fails_before_the_model_loads(tiny_pat
     rc = cli_main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert len(err) == 1 and "validity_reward_index=1 but only 1 reward function(s)" in err[0], err
+    assert len(err) == 1 and "validity_reward_index=1 but the rewards are" in err[0], err
+
+
+def test_trainer_api_checks_the_validity_index_before_the_model_loads(tiny_path, no_model_loads, tmp_path):
+    # Python users who build DPGTrainer themselves skip `rlvr-div train`'s checks: the trainer makes its own
+    with pytest.raises(ConfigError, match="validity_reward_index=1 but only 1 reward function"):
+        _trainer(tmp_path, tiny_path, validity_reward_index=1)
 
 
 @pytest.mark.slow
