@@ -143,10 +143,12 @@ class _Stages:
 def _train(method: Method, out: Path, rehearsal: Path, settings: DemoSettings, quiet: bool) -> None:
     from rlvr_div.train import main as train
 
+    # --console_logs false: the step bar only (metrics.jsonl has every log)
     argv = ["--config", str(RECIPES / method.recipe), "--output_dir", str(out / "runs" / method.name),
             "--max_steps", str(settings.steps), "--seed", str(settings.seed), "--task", TASK,
             "--save_steps", str(max(1, settings.steps // 2)), "--save_total_limit", "1",
-            "--resume_from_checkpoint", "true", "--disable_tqdm", str(quiet).lower()]  # fmt: skip
+            "--resume_from_checkpoint", "true", "--disable_tqdm", str(quiet).lower(),
+            "--console_logs", "false"]  # fmt: skip
     if method.recipe.startswith("dph_"):
         argv += ["--rehearsal_path", str(rehearsal)]
     train(argv)

@@ -45,6 +45,10 @@ class ScriptArguments:
         default=None, metadata={"help": "Reward names; default: the task's own reward. Weights: `reward_weights`."}
     )
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path."})
+    console_logs: bool = field(
+        default=True,
+        metadata={"help": "Print every log dict to the console (metrics.jsonl in output_dir always gets them)."},
+    )
 
 
 def _read_recipe(argv: list[str]) -> dict[str, Any]:
@@ -338,7 +342,22 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
             peft_config=get_peft_config(model),
             callbacks=[metrics_callback(Path(training.output_dir) / "metrics.jsonl")],
         )
+    if not script.console_logs:
+        _progress_bar_only(trainer)
     return trainer
+
+
+def _progress_bar_only(trainer: Any) -> None:
+    """Keep the step progress bar but stop printing each log dict (transformers' Progress/PrinterCallback)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class StepBar(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            pass
+
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(StepBar())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,17 @@ def _train_cmd(out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def test_console_logs_false_keeps_logs_out_of_the_console_but_in_metrics(tmp_path, tiny_path):
+    out = tmp_path / "run"
+    cmd = _train_cmd(out, "--max_steps", "2", "--save_steps", "100", "--console_logs", "false")
+    cmd[cmd.index("--disable_tqdm") + 1] = "false"  # the step bar stays
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    assert "'loss'" not in proc.stdout + proc.stderr
+    assert "2/2" in proc.stderr  # the progress bar reached the last step
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "loss" in x] == [1, 2]
+
+
 def test_short_run_writes_model_recipe_and_metrics(tmp_path, tiny_path):
     out = tmp_path / "run"
     subprocess.run(_train_cmd(out, "--max_steps", "3", "--save_steps", "100"), check=True, capture_output=True)
