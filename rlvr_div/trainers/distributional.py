@@ -276,13 +276,6 @@ class DPGConfig(GRPOConfig):
             )
 
 
-def _check_validity_index(index: int, n_rewards: int) -> None:
-    if index >= n_rewards:
-        raise ConfigError(
-            f"validity_reward_index={index} but only {n_rewards} reward function(s) are given (indices start at 0)"
-        )
-
-
 class DPGTrainer(GRPOTrainer):
     """α-DPG / f-DPG on top of TRL's generation, reward and reference machinery (see the module docstring)."""
 
@@ -293,10 +286,12 @@ class DPGTrainer(GRPOTrainer):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
         config, funcs = bound.get("args"), bound.get("reward_funcs")
         if config is not None and funcs is not None:
-            n_funcs = len(funcs) if isinstance(funcs, list) else 1
-            _check_validity_index(getattr(config, "validity_reward_index", 0), n_funcs)
+            index, n_funcs = getattr(config, "validity_reward_index", 0), len(funcs) if isinstance(funcs, list) else 1
+            if index >= n_funcs:
+                raise ConfigError(
+                    f"validity_reward_index={index} but only {n_funcs} reward function(s) given (indices start at 0)"
+                )
         super().__init__(*args, **kwargs)
-        _check_validity_index(self.args.validity_reward_index, len(self.reward_funcs))
         self._dpg_valid: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
