@@ -17,7 +17,7 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -114,8 +114,9 @@ def check_prompts_per_step(n_prompts: int, training: Any) -> None:
         )
 
 
-def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
-    """Dataset, tokenizer, rewards and the trainer (the model is loaded here, by TRL, from its path)."""
+def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks: Sequence[Any] = ()) -> Any:
+    """Dataset, tokenizer, rewards and the trainer (the model is loaded here, by TRL, from its path); ``callbacks``:
+    more ``TrainerCallback``s beside the metrics file (the collapse benchmark's exact trajectory)."""
     from trl import get_peft_config
 
     from rlvr_div.models import (
@@ -159,7 +160,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any) -> Any:
                 processing_class=tokenizer,
                 quantization_config=quantization_config(model),
                 peft_config=get_peft_config(model),
-                callbacks=[metrics_callback(Path(training.output_dir) / METRICS)],
+                callbacks=[metrics_callback(Path(training.output_dir) / METRICS), *callbacks],
             )
         except ValueError as e:  # LoRA targets of a model whose config was not on disk before the load
             if is_lora_target_error(e):
@@ -295,7 +296,7 @@ def _summary(trainer: Any, out_dir: str, runtime: float | None) -> str:
     return f"{'; '.join(parts)}; model, recipe.yaml and {METRICS} in {out_dir}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if state is not None:
         state.wait_for_everyone()
     training.resume_from_checkpoint = None
-    trainer = build_trainer(script, training, model)
+    trainer = build_trainer(script, training, model, callbacks)
     main_process = trainer.accelerator.is_main_process
     if main_process:
         resolved = {"script": asdict(script), "training": training.to_dict(), "model": asdict(model)}

@@ -38,7 +38,8 @@ def test_interrupted_benchmark_resumes_to_identical_tables(tmp_path):
     assert methods["grpo_reverse_kl"]["seeds"] == [1, 2]  # selected and reported though its grid is all sweep runs
     assert methods["grpo_reverse_kl"]["value"] in (0.1, 0.01)
     md = (broken / "collapse.md").read_text()
-    for needle in ("## Task `pairsum`", "Paired differences", "## The seed paper's question", "KL(p*‖π_v)"):
+    for needle in ("## Task `pairsum`", "Paired differences", "## The seed paper's question", "KL(p*‖π_v)",
+                   "At matched validity"):  # fmt: skip
         assert needle in md
     for png in ("pareto_pairsum.png", "frontier_pairsum.png", "beta_sweep.png"):
         assert (broken / png).stat().st_size > 10_000
@@ -48,6 +49,31 @@ def test_interrupted_benchmark_resumes_to_identical_tables(tmp_path):
     assert _tables(broken) == {
         k: v for k, v in json.loads((tmp_path / "before.json").read_text()).items() if k != "failures"
     }
+
+
+def test_a_run_records_its_exact_path_from_the_base_to_its_end(tmp_path):
+    only_grpo = {
+        "seeds": [1],
+        "methods": [{"name": "grpo", "recipe": "../../recipes/tiny/grpo.yaml"}],
+        "beta_sweep": None,
+    }
+    bench = load_benchmark(SMOKE, only_grpo)
+    run_benchmark(bench, tmp_path, progress=False)
+    result = json.loads((run_dir(tmp_path, Run("pairsum", "grpo", None, 1)) / RESULT).read_text())
+    path = result["trajectory"]
+    assert [p["step"] for p in path] == [0, 1, 2]
+    base = json.loads((tmp_path / "base" / "pairsum.json").read_text())["splits"]["train"]["summary"]["mean"]
+    assert path[0]["mu"] == base["mu"] and path[0]["effective_answers"] == base["effective_answers"]
+    end = result["splits"]["train"]["mean"]  # measured after training, by loading the saved model
+    assert path[-1]["mu"] == pytest.approx(end["mu"], abs=1e-6)
+    assert path[-1]["effective_answers"] == pytest.approx(end["effective_answers"], abs=1e-5)
+    assert path[-1]["cov_at_kmax"] == pytest.approx(end["cov_at"]["16"], abs=1e-6)
+    assert path[1]["mu"] != path[0]["mu"]  # the policy moved after one step
+    # measuring along the way leaves training untouched: the same weights as a run that does not
+    plain = load_benchmark(SMOKE, {**only_grpo, "evaluation": {"ks": [1, 4, 16], "trajectory_every": 0}})
+    run_benchmark(plain, tmp_path / "plain", progress=False)
+    other = json.loads((run_dir(tmp_path / "plain", Run("pairsum", "grpo", None, 1)) / RESULT).read_text())
+    assert other["trajectory"] == [] and other["fingerprint"] == result["fingerprint"]
 
 
 def test_grid_shares_runs_between_tuning_and_the_beta_sweep():

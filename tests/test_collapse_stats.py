@@ -41,3 +41,41 @@ def test_paired_difference_by_hand():
     assert d["separated"] is True  # 0.1667 ± 0.1434 excludes 0
     same = paired_difference({0: 1.0, 1: 0.0, 2: 0.5}, {0: 0.0, 1: 1.0, 2: 0.5})
     assert same["mean"] == pytest.approx(0.0) and same["separated"] is False
+
+
+def _point(step, mu, eff, cov=0.5, kl=1.0):
+    return {"step": step, "mu": mu, "effective_answers": eff, "cov_at_kmax": cov, "kl_pstar": kl}
+
+
+def test_path_value_at_interpolates_at_the_first_crossing():
+    from eval.collapse.aggregate import path_value_at
+
+    # validity 0.6 -> 0.8 -> 0.7 -> 0.95; effective answers 14 -> 10 -> 9 -> 3
+    path = [_point(20, 0.8, 10.0), _point(0, 0.6, 14.0), _point(40, 0.7, 9.0), _point(60, 0.95, 3.0)]
+    assert path_value_at(path, 0.7, "effective_answers") == pytest.approx(12.0)  # first crossing: steps 0-20
+    assert path_value_at(path, 0.9, "effective_answers") == pytest.approx(9.0 + (0.2 / 0.25) * (3.0 - 9.0))
+    assert path_value_at(path, 0.6, "effective_answers") == pytest.approx(14.0)
+    assert path_value_at(path, 0.96, "effective_answers") is None  # never reached
+    assert path_value_at(path, 0.5, "effective_answers") is None  # below every point
+
+
+def test_matched_validity_pairs_each_seed_with_its_own_baseline_path():
+    from eval.collapse.aggregate import matched_validity
+
+    def end(mu, eff, cov, kl):
+        return {"splits": {"train": {"mean": {"mu": mu, "effective_answers": eff, "kl_pstar": kl,
+                                              "cov_at": {"16": cov}}}}}  # fmt: skip
+
+    baseline = {
+        s: {"trajectory": [_point(0, 0.6, 14.0, 0.9, 0.0), _point(10, 0.9, 4.0 + s, 0.4, 3.0 + s)]} for s in (1, 2, 3)
+    }
+    method = {1: end(0.75, 10.0, 0.8, 0.5), 2: end(0.84, 9.0, 0.7, 1.0), 3: end(0.95, 12.0, 0.9, 0.1)}
+    out = matched_validity(method, baseline, kmax=16)
+    # seed 1 at mu 0.75: baseline eff 14 + 0.5 * (5 - 14) = 9.5; seed 2 at 0.84: 14 + 0.8 * (6 - 14) = 7.6;
+    # seed 3 at 0.95: the baseline never got there
+    assert out["seeds"] == [1, 2] and out["unmatched"] == [3]
+    d = out["effective_answers"]
+    assert d["mean"] == pytest.approx(((10.0 - 9.5) + (9.0 - 7.6)) / 2)
+    assert d["half"] == pytest.approx(12.706204736174707 * abs(0.5 - 1.4) / math.sqrt(2) / math.sqrt(2))
+    cov = out["cov_at_kmax"]  # seed 1: 0.8 - (0.9 + 0.5 * (0.4 - 0.9)) = 0.15; seed 2: 0.7 - 0.5 = 0.2
+    assert cov["mean"] == pytest.approx(0.175)

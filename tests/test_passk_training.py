@@ -104,6 +104,7 @@ def test_trainer_uses_the_closed_form_advantages(tmp_path, tiny_path):
     "extra, message",
     [
         (["--passk_k", "9"], "passk_k=9 exceeds num_generations=8"),
+        (["--passk_k", "8"], "passk_k=8 equals num_generations"),
         (["--passk_k", "0"], "passk_k must be an integer >= 1"),
         (["--reward_shaping", "none", "--passk_k", "2"], "passk_k=2 acts only with reward_shaping: passk_training"),
         (["--rewards", "pair_sum", "pair_sum"], "builds its advantages from validity alone"),

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from eval.collapse.measure import trajectory_point
 from eval.collapse.runs import read_result, select
 from eval.collapse.spec import Benchmark, Run
 from eval.collapse.stats import mean_ci, paired_difference
@@ -18,6 +19,48 @@ from eval.collapse.stats import mean_ci, paired_difference
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
 SCALARS = ("mu", "kl_pstar", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_answers", "kl_pstar", "lost_at_kmax")
+MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
+
+
+def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | None:
+    """``key`` where a training path (points ``{"step", "mu", key}``) first reaches validity ``mu``: linear in μ
+    between the two consecutive points (by step) whose validities bracket ``mu``; None if no segment does (the run
+    never reached that validity, or ``mu`` lies below every point)."""
+    points = sorted(path, key=lambda p: p["step"])
+    for a, b in zip(points, points[1:]):
+        lo, hi = sorted((a["mu"], b["mu"]))
+        if lo <= mu <= hi:
+            if hi == lo:
+                return float(a[key])
+            w = (mu - a["mu"]) / (b["mu"] - a["mu"])
+            return float(a[key] + w * (b[key] - a[key]))
+    return float(points[0][key]) if len(points) == 1 and points[0]["mu"] == mu else None
+
+
+def matched_validity(
+    method_results: dict[int, dict[str, Any]], baseline_results: dict[int, dict[str, Any]], kmax: int
+) -> dict[str, Any]:
+    """A method against the baseline stopped where it had the method's validity: per seed s, the method's final
+    μ_s on the training prompts locates the point of the baseline's seed-s training path with that validity, and
+    d_s = x_s(method) − x(baseline path at μ_s) for each exact diversity number; mean ± t-interval of d_s over the
+    seeds where the baseline's path reached μ_s (a method whose validity the baseline never had is not compared)."""
+    out: dict[str, Any] = {"seeds": [], "unmatched": []}
+    diffs: dict[str, dict[int, float]] = {k: {} for k in MATCHED}
+    for seed, r in sorted(method_results.items()):
+        path = (baseline_results.get(seed) or {}).get("trajectory") or []
+        if not path or "train" not in r["splits"]:
+            continue
+        end = trajectory_point(r["splits"]["train"]["mean"], kmax)
+        at = {k: path_value_at(path, end["mu"], k) for k in MATCHED}
+        if at["effective_answers"] is None:
+            out["unmatched"].append(seed)
+            continue
+        out["seeds"].append(seed)
+        for k in MATCHED:
+            diffs[k][seed] = end[k] - at[k]
+    for k in MATCHED:
+        out[k] = paired_difference(diffs[k], dict.fromkeys(diffs[k], 0.0))
+    return out
 
 
 def flat_metrics(split: dict[str, Any], ks: list[int]) -> dict[str, float | None]:
@@ -79,6 +122,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         for split, data in base["splits"].items():
             entry["base"][split] = flat_metrics(data["summary"], ks)
         baseline_flat: dict[str, dict[int, dict[str, Any]]] = {}
+        baseline_results: dict[int, dict[str, Any]] = {}
         for m in bench.methods_of(task):
             value = chosen_value(bench, out, task.name, m.name)
             if m.tune_key is not None and value is None:
@@ -108,12 +152,16 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 "train": train,
             }
             if m.name == bench.baseline:
-                baseline_flat = flats
+                baseline_flat, baseline_results = flats, results
+                entry["baseline_paths"] = {s: r.get("trajectory") or [] for s, r in results.items()}
             entry["methods"][m.name]["_flats"] = flats
+            entry["methods"][m.name]["_results"] = results
         for name, data in entry["methods"].items():
-            flats = data.pop("_flats", None)
+            flats, results = data.pop("_flats", None), data.pop("_results", None)
             if flats is None or name == bench.baseline or not baseline_flat:
                 continue
+            if any(r.get("trajectory") for r in baseline_results.values()):
+                data["matched_validity"] = matched_validity(results, baseline_results, ks[-1])
             data["paired_vs_baseline"] = {
                 split: {
                     key: paired_difference(

@@ -88,6 +88,49 @@ def summarise(
     return {"mean": mean, "per_prompt": per_prompt}
 
 
+def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
+    """The numbers a training path records at each of its points: validity, the exact diversity and cov@K."""
+    return {
+        "mu": mean["mu"],
+        "effective_answers": mean["effective_answers"],
+        "kl_pstar": mean["kl_pstar"],
+        "cov_at_kmax": mean["cov_at"][str(kmax)],
+    }
+
+
+def exact_trajectory(
+    prompts: Sequence[str],
+    valid: Sequence[Sequence[str]],
+    base_logps: Sequence[Sequence[float]],
+    ks: Sequence[int],
+    every: int,
+    temperature: float,
+    sink: list[dict[str, Any]],
+) -> Any:
+    """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
+    answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
+    last, and appends ``{"step": t, **trajectory_point}`` to ``sink``: the run's own path from the base to where it
+    ends, against which another run's end point is compared at the same validity."""
+    import torch
+    from transformers import TrainerCallback
+
+    kmax = max(ks)
+
+    class ExactTrajectory(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):  # noqa: ANN001
+            if state.global_step % every and state.global_step != state.max_steps:
+                return
+            was_training = model.training
+            model.eval()
+            with torch.no_grad():
+                logps = sequence_logprobs(model, processing_class, prompts, valid, temperature)
+            model.train(was_training)
+            mean = summarise(prompts, valid, [lp.tolist() for lp in logps], base_logps, ks)["mean"]
+            sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})
+
+    return ExactTrajectory()
+
+
 def sampled_summary(
     model_path: str,
     base_path: str,

@@ -110,6 +110,26 @@ def paired_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
     return _table(["method vs baseline, paired by seed"] + [h for _, h in keys], rows)
 
 
+def matched_table(entry: dict[str, Any], kmax: int) -> list[str]:
+    """Each method against the baseline stopped at the method's own validity (its training path, measured exactly
+    every few steps), paired by seed; empty when the task records no paths."""
+    rows = []
+    for m in entry["methods"].values():
+        mv = m.get("matched_validity")
+        if not mv:
+            continue
+        n = len(mv["seeds"]) + len(mv["unmatched"])
+        cells = [m["label"], f"{len(mv['seeds'])}/{n}"]
+        for key, digits in (("effective_answers", 2), ("cov_at_kmax", 3), ("kl_pstar", 2)):
+            d = mv[key]
+            cells.append(_pm(d, digits) + (" **" if d["separated"] else ""))
+        rows.append(cells)
+    if not rows:
+        return []
+    return _table(["method vs the baseline at the method's validity, paired by seed", "seeds compared",
+                   "Δ eff. answers", f"Δ cov@{kmax}", "Δ KL(p*‖π_v)"], rows)  # fmt: skip
+
+
 def closed_form_validity(base_mu: list[float], beta: float) -> float:
     """Mean over prompts of μ(β) = σ(logit A_x + 1/β), the validity of the tilted model p_β (1 at β = 0)."""
     from rlvr_div.calibration import validity_at
@@ -216,6 +236,10 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
                             yerr=_bar(s["effective_answers"], 1, math.inf),
                             fmt=MARKERS[i % len(MARKERS)], capsize=3, color=plt.cm.tab20(i % 20),
                             label=f"{m['label']} ({len(m['seeds'])} seeds)")  # fmt: skip
+            for j, path in enumerate(p for p in (entry.get("baseline_paths") or {}).values() if p):
+                if path:
+                    ax.plot([p["mu"] for p in path], [p["effective_answers"] for p in path], "-", color="0.6", lw=0.8,
+                            label="baseline's training paths (one per seed)" if j == 0 else None)  # fmt: skip
             ax.axhline(base["effective_answers"], color="k", ls=":", lw=1, label="p* (the tilted optimum's valid part)")
             ax.set_xlabel("validity μ on the training prompts (exact)")
             ax.set_ylabel("effective valid answers exp H(π(·|valid)) (exact)")
@@ -313,6 +337,17 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
             lines += ["", f"### Exact measurements on {what}", ""] + metric_table(entry, sp, kmax)
             lines += ["", f"Paired differences against the baseline on {what} (** = the 95% interval excludes 0):", ""]
             lines += paired_table(entry, sp, kmax)
+            matched = matched_table(entry, kmax) if sp == "train" else []
+            if matched:
+                lines += [
+                    "",
+                    "At matched validity: each method's end point against the baseline's own training path "
+                    "(measured exactly every few steps) where it had the same validity on the training prompts, "
+                    "as if the baseline had been stopped there; paired by seed (** = the 95% interval excludes "
+                    "0; a seed whose baseline never had the method's validity is not compared):",
+                    "",
+                ]
+                lines += matched
         lines += ["", f"![Pareto](pareto_{name}.png)"]
         if multi_answer(entry, split):
             lines += ["", f"![frontier](frontier_{name}.png)"]

@@ -32,7 +32,16 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from eval.collapse.measure import is_enumerable, logprobs_of, sampled_summary, split_rows, summarise, valid_sets
+from eval.collapse.measure import (
+    exact_trajectory,
+    is_enumerable,
+    logprobs_of,
+    sampled_summary,
+    split_rows,
+    summarise,
+    trajectory_point,
+    valid_sets,
+)
 from eval.collapse.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
@@ -198,8 +207,9 @@ def _init_worker(threads: int) -> None:
 
 
 def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
-    """Steps trained, the mean reward (the rollouts' validity) over the first and the last ``window`` steps, and the
-    first step at which the running mean over ``window`` steps reached 0.9 (None if never)."""
+    """Steps trained, the mean reward (the rollouts' validity) over the first and the last ``window`` logged rewards
+    (steps that sampled), and the first step at which their running mean over ``window`` reached 0.9 (None if
+    never)."""
     rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
     logged = [r for r in rows if "reward" in r]
     rewards = [r["reward"] for r in logged]
@@ -208,7 +218,7 @@ def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
         None,
     )
     return {
-        "steps": logged[-1]["step"] if logged else 0,
+        "steps": max((r["step"] for r in rows), default=0),  # with num_iterations > 1 not every step samples
         "reward_first": mean(rewards[:window]) if rewards else None,
         "reward_last": mean(rewards[-window:]) if rewards else None,
         "step_reached_0.9": reached,
@@ -232,12 +242,19 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     t0 = time.perf_counter()
     identity = run_identity(bench, run)
     argv = run_argv(bench, run, directory, _rehearsal(root, run))
-    code = train(argv)
+    task = bench.task(run.task)
+    temperature = float(bench.common.get("temperature", 1.0))
+    trajectory: list[dict[str, Any]] = []
+    callbacks = []
+    if "train" in base.get("splits", {}) and bench.evaluation.trajectory_every:
+        b = base["splits"]["train"]
+        trajectory.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(bench.evaluation.ks))})
+        callbacks.append(exact_trajectory(b["prompts"], b["valid"], b["logps"], bench.evaluation.ks,
+                                          bench.evaluation.trajectory_every, temperature, trajectory))  # fmt: skip
+    code = train(argv, callbacks=callbacks)
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")
     train_seconds = time.perf_counter() - t0
-    task = bench.task(run.task)
-    temperature = float(bench.common.get("temperature", 1.0))
     measured: dict[str, Any] = {}
     for split in bench.evaluation.splits:
         if is_enumerable(task.task):
@@ -259,6 +276,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
         "commit": _WORKER_CODE,  # the code this worker process imported when it started
         "fingerprint": model_fingerprint(str(directory)),
         "train": training_summary(directory / "metrics.jsonl"),
+        "trajectory": trajectory,  # the training prompts measured exactly along the run (step 0: the base)
         "train_wall_seconds": train_seconds,
         "wall_seconds": time.perf_counter() - t0,
         "splits": measured,

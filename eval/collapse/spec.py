@@ -39,7 +39,7 @@ TOP_KEYS = {
 TASK_KEYS = {"name", "task", "task_options", "overrides", "methods", "rehearsal"}
 METHOD_KEYS = {"name", "label", "recipe", "overrides", "tune", "rehearsal"}
 SWEEP_KEYS = {"task", "betas", "methods", "key", "points"}
-EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "n"}
+EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "n", "trajectory_every"}
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ class Evaluation:
     select_on: str = "validation"
     report_on: str = "test"
     n: int = 128  # samples per prompt where the valid set cannot be enumerated
+    # enumerable tasks: measure the training prompts exactly every this many steps during training (0: only at the
+    # end), the path against which runs are compared at matched validity
+    trajectory_every: int = 10
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,10 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         select_on=ev.get("select_on", Evaluation.select_on),
         report_on=ev.get("report_on", Evaluation.report_on),
         n=int(ev.get("n", Evaluation.n)),
+        trajectory_every=ev.get("trajectory_every", Evaluation.trajectory_every),
     )
+    if not isinstance(evaluation.trajectory_every, int) or evaluation.trajectory_every < 0:
+        raise ConfigError(f"evaluation.trajectory_every must be an integer >= 0, got {evaluation.trajectory_every!r}")
     if not evaluation.ks or min(evaluation.ks) < 1 or list(evaluation.ks) != sorted(set(evaluation.ks)):
         raise ConfigError(f"evaluation.ks must be increasing integers >= 1, got {list(evaluation.ks)}")
     for key in ("select_on", "report_on"):

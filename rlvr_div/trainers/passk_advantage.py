@@ -105,6 +105,11 @@ def check_passk_training(args: object) -> None:
     n = getattr(args, "num_generations", None)
     if n is not None and k > n:
         raise ConfigError(f"passk_k={k} exceeds num_generations={n}; pass@k needs k <= the group size")
+    if n is not None and k == n and n > 1:
+        raise ConfigError(
+            f"passk_k={k} equals num_generations: every group with a correct response then has pass@k = 1 in each "
+            "of its subsets, so every advantage is 0 and nothing trains; use passk_k < num_generations"
+        )
     scale = getattr(args, "scale_rewards", "none")
     if scale != "none":
         raise ConfigError(
