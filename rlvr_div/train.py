@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     trainer = build_trainer(script, training, model, callbacks)
     main_process = trainer.accelerator.is_main_process
     if main_process:
-        resolved = {"script": asdict(script), "training": training.to_dict(), "model": asdict(model)}
+        resolved = {"script": asdict(script), "training": training.to_dict(), "model": asdict(model),
+                    "launch": {"processes": training.world_size}}  # fmt: skip
         write_resolved_recipe(out, resolved, start)
     try:
         result = trainer.train(resume_from_checkpoint=start.checkpoint)

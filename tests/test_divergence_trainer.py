@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from launchers import TWO_PROCESSES, processes_of
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.trainers.grpo import group_diversity
@@ -169,11 +170,12 @@ def test_mara_without_kl_fails_in_one_line(capsys, tmp_path):
 
 def test_two_process_run_logs_group_metrics(tmp_path, tiny_path):
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "-m", "rlvr_div.train",
-           "--config", str(ROOT / "recipes/tiny/forward_kl.yaml"), "--output_dir", str(out), "--max_steps", "2",
-           "--per_device_train_batch_size", "16", "--save_strategy", "no", "--disable_tqdm", "true"]  # fmt: skip
+    cmd = TWO_PROCESSES + ["-m", "rlvr_div.train", "--config", str(ROOT / "recipes/tiny/forward_kl.yaml"),
+                           "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "16",
+                           "--save_strategy", "no", "--disable_tqdm", "true"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert processes_of(out) == 2
     logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert [x["step"] for x in logs] == [1, 2]
     for x in logs:

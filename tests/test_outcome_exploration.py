@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from launchers import TWO_PROCESSES
 from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
 
 from rlvr_div.cli import main as cli_main
@@ -139,11 +140,10 @@ def test_two_processes_count_every_completion_once(tmp_path, tiny_path):
     """Under a 2-process launch the counts come from the gathered batch (a group may span processes): after two steps
     they hold each answered completion of the global batches once, on top of Clip-Cov in the same loss."""
     out = tmp_path / "ddp"
-    # torchrun, not `accelerate launch --cpu --num_processes 2`: with accelerate 1.15 the latter starts one process
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m"]
-    cmd = launcher + ["rlvr_div.train", "--config", str(RECIPE), "--output_dir", str(out), "--max_steps", "2",
-                      "--per_device_train_batch_size", "16", "--save_steps", "2", "--disable_tqdm", "true",
-                      "--covariance_penalty", "clip_cov", "--clip_cov_ratio", "0.05"]  # fmt: skip
+    cmd = TWO_PROCESSES + ["-m", "rlvr_div.train", "--config", str(RECIPE), "--output_dir", str(out),
+                           "--max_steps", "2", "--per_device_train_batch_size", "16", "--save_steps", "2",
+                           "--disable_tqdm", "true", "--covariance_penalty", "clip_cov",
+                           "--clip_cov_ratio", "0.05"]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]

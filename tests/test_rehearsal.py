@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from launchers import TWO_PROCESSES, processes_of
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.divergences import token_divergence
@@ -160,14 +161,13 @@ def test_bad_rehearsal_sets_fail_in_one_line(mutate, message, rehearsal_dir, tmp
 
 
 def _train_dph(recipe: str, rehearsal: Path, out: Path, steps: int, *extra: str, processes: int = 1) -> list[dict]:
-    launcher = [sys.executable]
-    if processes > 1:
-        launcher += ["-m", "accelerate.commands.launch", "--cpu", "--num_processes", str(processes)]
+    launcher = TWO_PROCESSES if processes == 2 else [sys.executable]
     cmd = launcher + ["-m", "rlvr_div.train", "--config", str(ROOT / f"recipes/tiny/{recipe}.yaml"),
                       "--rehearsal_path", str(rehearsal), "--output_dir", str(out), "--max_steps", str(steps),
                       "--disable_tqdm", "true", "--save_strategy", "no", *extra]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert processes_of(out) == processes
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launchers import TWO_PROCESSES, processes_of
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.run_dir import last_complete_checkpoint
@@ -230,9 +231,9 @@ def test_resume_skips_a_checkpoint_interrupted_while_saving(tmp_path):
 
 def test_two_process_cpu_launch(tmp_path, tiny_path):
     out = tmp_path / "ddp"
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
-    cmd = launcher + _train_cmd(out, "--max_steps", "3")[1:]
+    cmd = TWO_PROCESSES + _train_cmd(out, "--max_steps", "3")[1:]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
+    assert processes_of(out) == 2
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert steps == [1, 2, 3]

@@ -73,9 +73,9 @@ def test_dph_trains_on_vllm_rollouts(tmp_path, tiny_path):
 
     rehearsal = tmp_path / "rehearsal"
     recipe = "recipes/tiny/dph_forward_kl.yaml"
-    _cli("rehearse", "--config", recipe, "--rehearsal_path", str(rehearsal), "--task_size", "48", "--use_vllm", "true")
+    _cli("rehearse", "--config", recipe, "--rehearsal_path", str(rehearsal), "--task_size", "24", "--use_vllm", "true")
     summary = json.loads((rehearsal / "summary.json").read_text())
-    assert summary["backend"] == "vllm" and summary["n_prompts"] == 48 and summary["n_rehearsal"] > 0
+    assert summary["backend"] == "vllm" and summary["n_prompts"] == 24 and summary["n_rehearsal"] > 0
     stored = datasets.load_from_disk(str(rehearsal / "rehearsal"))
     with torch.no_grad():
         ref = token_logprobs(load_model(tiny_path).eval(), stored["prompt_ids"], stored["completion_ids"])
