@@ -143,3 +143,30 @@ def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):
     docs.write_text("no markers")
     with pytest.raises(ConfigError, match="no '<!-- tables -->'"):
         splice_tables(report, docs)
+
+
+def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
+    import subprocess
+
+    from eval.collapse.runs import code_commit
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)  # fmt: skip
+
+    for name in ("rlvr_div/a.py", "bench/collapse.yaml", "bench/results/collapse/result.json", "docs/x.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    clean = code_commit(tmp_path)
+    assert clean != "unknown" and not clean.endswith("+dirty")
+    (tmp_path / "bench/results/collapse/result.json").write_text("1\n")  # a benchmark writing its results
+    (tmp_path / "docs/x.md").write_text("1\n")
+    assert code_commit(tmp_path) == clean
+    (tmp_path / "bench/collapse.yaml").write_text("1\n")
+    assert code_commit(tmp_path) == clean + "+dirty"
+    (tmp_path / "bench/collapse.yaml").write_text("0\n")
+    (tmp_path / "rlvr_div/a.py").write_text("1\n")
+    assert code_commit(tmp_path) == clean + "+dirty"

@@ -51,14 +51,20 @@ RESULT = "result.json"
 SELECTION = "selection.json"
 
 
-def code_commit() -> str:
-    """The git commit of the code (``+dirty`` when the work tree differs), or ``unknown`` outside a checkout."""
-    root = Path(__file__).resolve().parents[2]
+# what a run's outcome depends on in the checkout: the code, the recipes and the benchmark configs, not the results
+# that benchmarks write into it (bench/results/ is committed, so writing there must not mark the code dirty)
+CODE_PATHS = ("rlvr_div", "eval", "recipes", "bench", ":(exclude)bench/results", "pyproject.toml")
+
+
+def code_commit(root: Path | None = None) -> str:
+    """The git commit of the code in ``root`` (default: this checkout), ``+dirty`` when a tracked file under
+    :data:`CODE_PATHS` differs from it; ``unknown`` outside a checkout."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
