@@ -170,3 +170,19 @@ def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
     (tmp_path / "bench/collapse.yaml").write_text("0\n")
     (tmp_path / "rlvr_div/a.py").write_text("1\n")
     assert code_commit(tmp_path) == clean + "+dirty"
+
+
+def test_a_run_keeps_its_identity_when_the_checkout_moves(tmp_path):
+    """Finished runs are reused from a clone or a moved checkout: the identity names the recipe as the config does."""
+    from eval.collapse.spec import run_identity
+
+    shutil.copytree(ROOT / "recipes" / "tiny", tmp_path / "recipes" / "tiny")
+    (tmp_path / "tests" / "fixtures").mkdir(parents=True)
+    moved = tmp_path / "tests" / "fixtures" / SMOKE.name
+    shutil.copy(SMOKE, moved)
+    here, there = load_benchmark(SMOKE), load_benchmark(moved)
+    run = Run("pairsum", "grpo_reverse_kl", 0.1, 1)
+    assert here.method("grpo").recipe != there.method("grpo").recipe
+    assert run_identity(here, run) == run_identity(there, run)
+    (tmp_path / "recipes" / "tiny" / "grpo_reverse_kl.yaml").write_text("learning_rate: 1.0e-3\n")
+    assert run_identity(here, run) != run_identity(load_benchmark(moved), run)  # a changed recipe still counts

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,10 +309,12 @@ def run_argv(bench: Benchmark, run: Run, output_dir: str | Path, rehearsal_path:
 
 
 def run_identity(bench: Benchmark, run: Run) -> dict:
-    """What a finished run must still match to be reused: its training arguments (paths written relative to the
-    benchmark's directory, so the same directory given another way matches) and the recipe's own settings that the
+    """What a finished run must still match to be reused: its training arguments (output paths written relative to
+    the benchmark's directory, so the same directory given another way matches; the recipe relative to the config,
+    so a checkout moved or cloned elsewhere matches) and the recipe's own settings that the
     arguments do not override (so comments, or a key the benchmark sets anyway, can change without retraining)."""
     argv = run_argv(bench, run, f"<out>/runs/{run.key}", f"<out>/rehearsal/{run.task}")
+    argv[1] = os.path.relpath(argv[1], bench.root)  # the recipe as the config names it: the checkout may move
     overridden = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "=" in a}
     recipe = yaml.safe_load(Path(bench.method(run.method).recipe).read_text()) or {}
     kept = {k: v for k, v in recipe.items() if k not in overridden}
