@@ -27,7 +27,7 @@ def test_small_demo_writes_the_report_and_a_rerun_skips_every_run(tmp_path, tiny
     res = _demo(out, *SMALL)
     assert res.returncode == 0, res.stderr[-3000:]
     report = (out / "report.md").read_text()
-    for label in ("GRPO, TRL stock (β = 0)", "GRPO + forward KL", "unlikeliness reward", "α-DPG"):
+    for label in ("GRPO, TRL stock (β = 0)", "GRPO + forward KL", "outcome-based exploration", "α-DPG"):
         assert f"| {label} |" in report
     assert "## What the full benchmark found" in report and "KL(p*‖π_v)" in report and "eff. answers" in report
     assert "](pareto_pairsum.png)" in report and (out / "pareto_pairsum.png").is_file()
