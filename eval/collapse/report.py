@@ -237,9 +237,8 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
                             fmt=MARKERS[i % len(MARKERS)], capsize=3, color=plt.cm.tab20(i % 20),
                             label=f"{m['label']} ({len(m['seeds'])} seeds)")  # fmt: skip
             for j, path in enumerate(p for p in (entry.get("baseline_paths") or {}).values() if p):
-                if path:
-                    ax.plot([p["mu"] for p in path], [p["effective_answers"] for p in path], "-", color="0.6", lw=0.8,
-                            label="baseline's training paths (one per seed)" if j == 0 else None)  # fmt: skip
+                ax.plot([p["mu"] for p in path], [p["effective_answers"] for p in path], "-", color="0.6", lw=0.8,
+                        label="baseline's training paths (one per seed)" if j == 0 else None)  # fmt: skip
             ax.axhline(base["effective_answers"], color="k", ls=":", lw=1, label="p* (the tilted optimum's valid part)")
             ax.set_xlabel("validity μ on the training prompts (exact)")
             ax.set_ylabel("effective valid answers exp H(π(·|valid)) (exact)")
