@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_checks import assert_train_refuses
 
 from rlvr_div import toy
 from rlvr_div.cli import main as cli_main
@@ -509,10 +510,7 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
     ],
 )
 def test_bad_settings_fail_in_one_line(extra, message, capsys, no_model_loads, tmp_path):
-    rc = cli_main(["train", "--config", RECIPE, "--output_dir", str(tmp_path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert_train_refuses(RECIPE, extra, message, capsys, tmp_path)
 
 
 def test_validity_index_beyond_the_rewards_fails_before_the_model_loads(tiny_path, no_model_loads, capsys, tmp_path):

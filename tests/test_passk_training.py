@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
+from train_checks import assert_reward_rises, assert_train_refuses
 
-from rlvr_div.cli import main as cli_main
 from rlvr_div.trainers.passk_advantage import passk_group_advantages, passk_training_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,16 +112,10 @@ def test_trainer_uses_the_closed_form_advantages(tmp_path, tiny_path):
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
-    recipe = str(ROOT / "recipes" / "tiny" / "passk_training.yaml")
-    rc = cli_main(["train", "--config", recipe, "--output_dir", str(tmp_path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert_train_refuses(ROOT / "recipes" / "tiny" / "passk_training.yaml", extra, message, capsys, tmp_path)
 
 
 @pytest.mark.slow
 def test_tiny_recipe_trains_50_steps_with_the_reward_rising(tmp_path, tiny_path):
     logs = _run_recipe("passk_training", False, tmp_path / "run", steps=50, batch=96)
-    assert [x["step"] for x in logs] == list(range(1, 51))
-    rewards = [x["reward"] for x in logs]
-    assert statistics.fmean(rewards[-10:]) > statistics.fmean(rewards[:10]) + 0.02, rewards
+    assert_reward_rises(logs, 50, 0.02)

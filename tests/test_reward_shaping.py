@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
+from train_checks import assert_train_refuses
 
-from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.reward_shaping import (
     check_reward_shaping,
@@ -217,11 +217,9 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe):
     ],
 )
 def test_bad_shaping_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
-    recipe = str(ROOT / "recipes" / "tiny" / "mara.yaml")  # reverse_kl with divergence_coef 0.05, 8 generations
-    rc = cli_main(["train", "--config", recipe, "--output_dir", str(tmp_path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert_train_refuses(
+        ROOT / "recipes" / "tiny" / "mara.yaml", extra, message, capsys, tmp_path
+    )  # reverse_kl with divergence_coef 0.05, 8 generations
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from launchers import TWO_PROCESSES, processes_of
+from train_checks import assert_train_refuses
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.run_dir import last_complete_checkpoint
@@ -59,10 +60,7 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.ya
     ],
 )
 def test_bad_input_is_one_line_exit_2(extra, message, capsys, no_model_loads, tmp_path):
-    rc = cli_main(["train", "--config", RECIPE, "--output_dir", str(tmp_path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert_train_refuses(RECIPE, extra, message, capsys, tmp_path)
 
 
 def test_unknown_yaml_key(tmp_path, capsys, no_model_loads):

@@ -3,14 +3,13 @@ expected gradient on a tabular policy), the trainer's advantages, bad settings i
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import pytest
 import torch
 from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
+from train_checks import assert_reward_rises, assert_train_refuses
 
-from rlvr_div.cli import main as cli_main
 from rlvr_div.trainers.reward_shaping import w_reinforce_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,16 +79,10 @@ def test_trainer_uses_the_weighted_advantages(tmp_path, tiny_path):
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
-    recipe = str(ROOT / "recipes" / "tiny" / "w_reinforce.yaml")
-    rc = cli_main(["train", "--config", recipe, "--output_dir", str(tmp_path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert_train_refuses(ROOT / "recipes" / "tiny" / "w_reinforce.yaml", extra, message, capsys, tmp_path)
 
 
 @pytest.mark.slow
 def test_tiny_recipe_trains_50_steps_with_the_reward_rising(tmp_path, tiny_path):
     logs = _run_recipe("w_reinforce", False, tmp_path / "run", steps=50, batch=96)
-    assert [x["step"] for x in logs] == list(range(1, 51))
-    rewards = [x["reward"] for x in logs]
-    assert statistics.fmean(rewards[-10:]) > statistics.fmean(rewards[:10]) + 0.05, rewards
+    assert_reward_rises(logs, 50, 0.05)

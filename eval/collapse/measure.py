@@ -125,7 +125,7 @@ def exact_trajectory(
             with torch.no_grad():
                 logps = sequence_logprobs(model, processing_class, prompts, valid, temperature)
             model.train(was_training)
-            mean = summarise(prompts, valid, [lp.tolist() for lp in logps], base_logps, ks)["mean"]
+            mean = summarise(prompts, valid, logps, base_logps, ks)["mean"]
             sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})
 
     return ExactTrajectory()
