@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from eval.collapse.cli import main as collapse_main
-from eval.collapse.runs import RESULT, run_benchmark, run_dir
+from eval.collapse.runs import RESULT, read_result, run_benchmark, run_dir
 from eval.collapse.spec import Run, grid_runs, load_benchmark, run_argv
 from rlvr_div.errors import ConfigError
 
@@ -69,8 +69,11 @@ def test_a_run_records_its_exact_path_from_the_base_to_its_end(tmp_path):
     assert path[-1]["effective_answers"] == pytest.approx(end["effective_answers"], abs=1e-5)
     assert path[-1]["cov_at_kmax"] == pytest.approx(end["cov_at"]["16"], abs=1e-6)
     assert path[1]["mu"] != path[0]["mu"]  # the policy moved after one step
-    # measuring along the way leaves training untouched: the same weights as a run that does not
-    plain = load_benchmark(SMOKE, {**only_grpo, "evaluation": {"ks": [1, 4, 16], "trajectory_every": 0}})
+    # measuring along the way leaves training untouched: the same weights as a run that does not (a task may turn
+    # its path off); the path asked for is part of a run's identity, so the finished run is not reused
+    task = {"name": "pairsum", "task": "pairsum", "task_options": {"max_target": 25}, "trajectory_every": 0}
+    plain = load_benchmark(SMOKE, {**only_grpo, "tasks": [task]})
+    assert read_result(tmp_path, Run("pairsum", "grpo", None, 1), plain) is None
     run_benchmark(plain, tmp_path / "plain", progress=False)
     other = json.loads((run_dir(tmp_path / "plain", Run("pairsum", "grpo", None, 1)) / RESULT).read_text())
     assert other["trajectory"] == [] and other["fingerprint"] == result["fingerprint"]
@@ -99,6 +102,8 @@ def test_grid_shares_runs_between_tuning_and_the_beta_sweep():
         ({"baseline": "ghost"}, "baseline 'ghost' is not a method"),
         ({"methods": [{"name": "m", "recipe": "missing.yaml"}]}, "recipe 'missing.yaml' is not a file"),
         ({"evaluation": {"ks": [4, 1]}}, "increasing"),
+        ({"evaluation": {"trajectory_every": 2.5}}, "evaluation.trajectory_every must be an integer >= 0, got 2.5"),
+        ({"tasks": [{"name": "pairsum", "trajectory_every": -1}]}, "task 'pairsum' trajectory_every must be"),
         ({"tasks": [{"name": "pairsum", "task": "pairsum", "methods": ["grpo_reverse_kl"]}]}, "must run the baseline"),
     ],
 )

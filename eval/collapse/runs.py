@@ -252,11 +252,12 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     temperature = float(bench.common.get("temperature", 1.0))
     trajectory: list[dict[str, Any]] = []
     callbacks = []
-    if "train" in base.get("splits", {}) and bench.evaluation.trajectory_every:
+    every = bench.trajectory_every(run.task)
+    if "train" in base.get("splits", {}) and every:
         b = base["splits"]["train"]
         trajectory.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(bench.evaluation.ks))})
-        callbacks.append(exact_trajectory(b["prompts"], b["valid"], b["logps"], bench.evaluation.ks,
-                                          bench.evaluation.trajectory_every, temperature, trajectory))  # fmt: skip
+        callbacks.append(exact_trajectory(b["prompts"], b["valid"], b["logps"], bench.evaluation.ks, every,
+                                          temperature, trajectory))  # fmt: skip
     code = train(argv, callbacks=callbacks)
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")

@@ -37,7 +37,7 @@ TOP_KEYS = {
     "beta_sweep",
     "baseline",
 }
-TASK_KEYS = {"name", "task", "task_options", "overrides", "methods", "rehearsal"}
+TASK_KEYS = {"name", "task", "task_options", "overrides", "methods", "rehearsal", "trajectory_every"}
 METHOD_KEYS = {"name", "label", "recipe", "overrides", "tune", "rehearsal"}
 SWEEP_KEYS = {"task", "betas", "methods", "key", "points"}
 EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "n", "trajectory_every"}
@@ -69,6 +69,7 @@ class Task:
     overrides: dict[str, Any] = field(default_factory=dict)
     methods: tuple[str, ...] | None = None  # None: every method
     rehearsal: dict[str, Any] = field(default_factory=dict)  # overrides of the offline stage (k, threshold, ...)
+    trajectory_every: int | None = None  # None: the evaluation's; 0: no path measured while training
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,11 @@ class Benchmark:
 
     def task(self, name: str) -> Task:
         return next(t for t in self.tasks if t.name == name)
+
+    def trajectory_every(self, task: str) -> int:
+        """Every how many steps a run on ``task`` measures its training prompts exactly (0: only at the end)."""
+        every = self.task(task).trajectory_every
+        return self.evaluation.trajectory_every if every is None else every
 
     def methods_of(self, task: Task) -> list[Method]:
         return [m for m in self.methods if task.methods is None or m.name in task.methods]
@@ -188,8 +194,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         n=int(ev.get("n", Evaluation.n)),
         trajectory_every=ev.get("trajectory_every", Evaluation.trajectory_every),
     )
-    if not isinstance(evaluation.trajectory_every, int) or evaluation.trajectory_every < 0:
-        raise ConfigError(f"evaluation.trajectory_every must be an integer >= 0, got {evaluation.trajectory_every!r}")
+    _check_every(evaluation.trajectory_every, "evaluation.trajectory_every")
     if not evaluation.ks or min(evaluation.ks) < 1 or list(evaluation.ks) != sorted(set(evaluation.ks)):
         raise ConfigError(f"evaluation.ks must be increasing integers >= 1, got {list(evaluation.ks)}")
     for key in ("select_on", "report_on"):
@@ -226,9 +231,11 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
             if baseline not in only:
                 raise ConfigError(f"task {name!r} must run the baseline {baseline!r}")
         _no_reserved(t.get("overrides") or {}, f"task {name!r} overrides")
+        if "trajectory_every" in t:
+            _check_every(t["trajectory_every"], f"task {name!r} trajectory_every")
         tasks.append(Task(name, str(t.get("task", name)), dict(t.get("task_options") or {}),
                           dict(t.get("overrides") or {}), tuple(only) if only else None,
-                          dict(t.get("rehearsal") or {})))  # fmt: skip
+                          dict(t.get("rehearsal") or {}), t.get("trajectory_every")))  # fmt: skip
     if not tasks or len({t.name for t in tasks}) != len(tasks):
         raise ConfigError("tasks must be a non-empty list with distinct names")
     sweep = None
@@ -268,6 +275,11 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         beta_sweep=sweep,
         root=str(root),
     )
+
+
+def _check_every(value: Any, where: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{where} must be an integer >= 0, got {value!r}")
 
 
 def _no_reserved(settings: dict[str, Any], where: str) -> None:
@@ -312,13 +324,15 @@ def run_identity(bench: Benchmark, run: Run) -> dict:
     """What a finished run must still match to be reused: its training arguments (output paths written relative to
     the benchmark's directory, so the same directory given another way matches; the recipe relative to the config,
     so a checkout moved or cloned elsewhere matches) and the recipe's own settings that the
-    arguments do not override (so comments, or a key the benchmark sets anyway, can change without retraining)."""
+    arguments do not override (so comments, or a key the benchmark sets anyway, can change without retraining),
+    and how often it measures its path while training (a result without the path the benchmark asks for is stale)."""
     argv = run_argv(bench, run, f"<out>/runs/{run.key}", f"<out>/rehearsal/{run.task}")
     argv[1] = os.path.relpath(argv[1], bench.root)  # the recipe as the config names it: the checkout may move
     overridden = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "=" in a}
     recipe = yaml.safe_load(Path(bench.method(run.method).recipe).read_text()) or {}
     kept = {k: v for k, v in recipe.items() if k not in overridden}
-    return {"argv": argv, "recipe": hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()}
+    recipe_hash = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    return {"argv": argv, "recipe": recipe_hash, "trajectory_every": bench.trajectory_every(run.task)}
 
 
 def grid_runs(bench: Benchmark) -> tuple[list[Run], list[Run]]:
