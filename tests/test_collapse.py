@@ -31,6 +31,9 @@ def test_interrupted_benchmark_resumes_to_identical_tables(tmp_path):
     finished = [p for p in (broken / "runs").rglob(RESULT)]
     assert len(finished) == 3
     finished[0].unlink()  # as if killed while measuring: the run directory is there, its result is not
+    outcome = run_benchmark(bench, broken, progress=False)
+    assert not outcome["stopped_early"] and not outcome["failures"]
+    assert outcome["runs"] == len(list((broken / "runs").rglob(RESULT))) == 8  # the bar's total: no run counted twice
     assert collapse_main(["--config", str(SMOKE), "--out", str(broken), "--quiet"]) == 0
     assert _tables(broken) == _tables(whole)
     methods = _tables(whole)["tasks"]["pairsum"]["methods"]
@@ -129,6 +132,32 @@ def test_a_directory_of_another_configuration_is_refused(tmp_path, no_model_load
     with pytest.raises(ConfigError, match="other evaluation settings or base model; pass --fresh"):
         check_state(tmp_path, other, fresh=False)
     assert run_dir(tmp_path, Run("pairsum", "grpo", None, 0)).name == "seed0"
+
+
+def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_loads):
+    """One writer per output directory: while another process holds it, a benchmark (runs or report) on it stops in
+    one line before writing anything; once that process ends, the directory is free."""
+    import subprocess
+    import sys
+
+    from eval.collapse.runs import benchmark_lock
+
+    out = tmp_path / "out"
+    code = "import sys, time\nfrom pathlib import Path\nfrom eval.collapse.runs import benchmark_lock\n" \
+        "with benchmark_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=r"being written by another collapse benchmark \(lock: .*\.out\.lock\)"):
+            run_benchmark(load_benchmark(SMOKE), out, progress=False)
+        with pytest.raises(ConfigError, match="being written by another collapse benchmark"):
+            collapse_main(["--config", str(SMOKE), "--out", str(out), "--fresh"])
+        assert not out.exists()  # nothing written, not even by --fresh
+    finally:
+        holder.kill()
+        holder.wait()
+    with benchmark_lock(out), benchmark_lock(out):  # free again, and re-entrant within one process
+        pass
 
 
 def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 
 from eval.collapse.aggregate import aggregate
 from eval.collapse.report import write_report
-from eval.collapse.runs import STATE, run_benchmark
+from eval.collapse.runs import STATE, benchmark_lock, run_benchmark
 from eval.collapse.spec import Benchmark, load_benchmark
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
@@ -114,11 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     bench = load_benchmark(args.config, _overrides(args))
     out = Path(args.out)
     command = "rlvr-div collapse " + " ".join(sys.argv[2:] if argv is None else argv)
-    if not args.report_only:
-        run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
-    elif not (out / STATE).is_file():
+    if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no collapse benchmark to report on")
-    path = report(bench, out, command.strip())
+    with benchmark_lock(out):  # one writer per directory, for the runs and the report
+        if not args.report_only:
+            run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
+        path = report(bench, out, command.strip())
     if args.docs:
         splice_tables(path, Path(args.docs))
         print(f"tables: {args.docs}")

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import time
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from multiprocessing import get_context
@@ -327,10 +328,41 @@ def select(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     return best[1], scores
 
 
+_LOCKS: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def benchmark_lock(out: Path) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside the output directory (outside it, so ``--fresh`` cannot delete it) while this
+    process writes a benchmark there: a second benchmark on the same directory fails in one line instead of
+    interleaving its runs and reports with the first. Re-entrant within a process."""
+    from filelock import FileLock, Timeout
+
+    out = out.resolve()
+    path = out.parent / f".{out.name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _LOCKS.setdefault(str(path), FileLock(str(path), timeout=0))
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ConfigError(f"{out} is being written by another collapse benchmark (lock: {path}); wait for it to "
+                          "finish or choose another --out") from None  # fmt: skip
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bool = True,
                   max_runs: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every stage, skipping what is finished. ``max_runs``: stop after starting that many runs (for tests of
-    interruption)."""
+    """Every stage, skipping what is finished, holding :func:`benchmark_lock`. ``max_runs``: stop after starting
+    that many runs (for tests of interruption). Returns the selections, the failures, whether it stopped early, and
+    the number of runs the grid holds once every selection is made (the progress bar's total)."""
+    with benchmark_lock(out):
+        return _run_stages(bench, out, fresh, progress, max_runs)
+
+
+def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_runs: int | None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     check_state(out, bench, fresh)
@@ -388,7 +420,9 @@ def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bo
                 write_json(out / SELECTION, selections)
                 for seed in bench.seeds:
                     run = Run(task, method, value, seed)
-                    if run in fixed:
+                    if run in fixed:  # a β-sweep run, counted once in the bar's total, not twice
+                        bar.total -= 1
+                        bar.refresh()
                         continue
                     if read_result(out, run, bench) is None:
                         new.append(run)
@@ -425,4 +459,4 @@ def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bo
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     bar.close()
-    return {"selections": selections, "failures": failures, "stopped_early": bool(todo)}
+    return {"selections": selections, "failures": failures, "stopped_early": bool(todo), "runs": bar.total}
