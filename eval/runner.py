@@ -73,12 +73,14 @@ SAMPLE_KEYS = (
 @dataclass
 class ModelRef:
     """One ``--model NAME=PATH``: ``model`` is the reference to load (``tiny``, an absolute local path or a hub
-    id); for a LoRA adapter directory ``adapter`` is its absolute path and ``model`` its base."""
+    id); for a LoRA adapter directory ``adapter`` is its absolute path, ``model`` its base and ``revision`` the
+    base's hub revision the adapter records (None: the default branch)."""
 
     name: str
     given: str
     model: str
     adapter: str | None = None
+    revision: str | None = None
 
 
 @dataclass
@@ -140,7 +142,7 @@ def parse_model_arg(text: str) -> tuple[str, str]:
 
 def resolve_model_ref(name: str, path: str) -> ModelRef:
     """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
-    from rlvr_div.models import adapter_base, resolve_model
+    from rlvr_div.models import adapter_base, adapter_revision, resolve_model
 
     p = Path(path).expanduser()
     try:
@@ -148,7 +150,8 @@ def resolve_model_ref(name: str, path: str) -> ModelRef:
     except ConfigError as e:
         raise ConfigError(f"model {name}: {e}") from None
     if base is not None:
-        return ModelRef(name, path, _normalise(resolve_model(base, build=False)), str(p.resolve()))
+        base_path = _normalise(resolve_model(base, build=False))
+        return ModelRef(name, path, base_path, str(p.resolve()), adapter_revision(p))
     return ModelRef(name, path, _normalise(resolve_model(path, build=False)))
 
 
@@ -179,7 +182,9 @@ def fingerprint(ref: ModelRef, output_dir: Path) -> str:
     adapter), with the per-file hash cache in ``output_dir``."""
     from rlvr_div.fingerprint import model_fingerprint
 
-    return model_fingerprint(ref.model, ref.adapter, cache_path=output_dir / FILE_HASHES)
+    return model_fingerprint(
+        ref.model, ref.adapter, revision=ref.revision or "main", cache_path=output_dir / FILE_HASHES
+    )
 
 
 def check_model_unchanged(out_dir: Path, current: str) -> None:
@@ -395,19 +400,16 @@ def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
     """(model, tokenizer) for the HF backend: a LoRA adapter is loaded with peft on its base and merged."""
     import torch
 
-    from rlvr_div.models import load_model, load_tokenizer
+    from rlvr_div.models import load_model
 
     dtype = getattr(torch, settings.dtype)
     try:
-        if ref.adapter is None:
-            tokenizer = load_tokenizer(ref.model)
-            model = load_model(ref.model, dtype=dtype, device=settings.device)
-        else:
+        tokenizer = _tokenizer(ref)
+        model = load_model(ref.model, dtype=dtype, device=settings.device, revision=ref.revision)
+        if ref.adapter is not None:
             from peft import PeftModel
 
-            tokenizer = load_tokenizer(_tokenizer_source(ref))
-            base = load_model(ref.model, dtype=dtype, device=settings.device)
-            model = PeftModel.from_pretrained(base, ref.adapter).merge_and_unload()
+            model = PeftModel.from_pretrained(model, ref.adapter).merge_and_unload()
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"cannot load model {ref.name}={ref.given}: {first}") from None
@@ -415,11 +417,14 @@ def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _tokenizer_source(ref: ModelRef) -> str:
-    """An adapter directory that holds a tokenizer (TRL saves one beside the adapter), else the base model."""
+def _tokenizer(ref: ModelRef) -> Any:
+    """A reference's tokenizer: an adapter directory's when it holds one (TRL saves one beside the adapter), else
+    the model's (an adapter's base at the revision the adapter records)."""
+    from rlvr_div.models import load_tokenizer
+
     if ref.adapter and (Path(ref.adapter) / "tokenizer_config.json").is_file():
-        return ref.adapter
-    return ref.model
+        return load_tokenizer(ref.adapter)
+    return load_tokenizer(ref.model, revision=ref.revision)
 
 
 def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
@@ -428,11 +433,13 @@ def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
     if settings.backend == "hf":
         model, tokenizer = load_for_eval(ref, settings)
         return HFSampler(model, tokenizer, settings.sampling())
-    from rlvr_div.models import load_tokenizer, resolve_model
+    from rlvr_div.models import resolve_model
 
     path = resolve_model(ref.model)
-    tokenizer = load_tokenizer(_tokenizer_source(ref))
+    tokenizer = _tokenizer(ref)
     kwargs: dict[str, Any] = {"dtype": settings.dtype}
+    if ref.revision:
+        kwargs["revision"] = ref.revision
     if ref.adapter:
         rank = int(json.loads((Path(ref.adapter) / "adapter_config.json").read_text()).get("r", 16))
         kwargs.update(lora_path=ref.adapter, lora_rank=rank)

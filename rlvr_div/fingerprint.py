@@ -69,14 +69,14 @@ def model_fingerprint(
     config and tokenizer files); ``unhashed:<id>@<revision>`` for a hub id with no local snapshot.
 
     A LoRA adapter directory given as ``path`` (one holding ``adapter_config.json``) counts as that adapter on its
-    ``base_model_name_or_path``. ``cache_path``: a JSON file of per-file hashes keyed by (path, size, mtime, ctime,
-    inode), read and updated."""
-    from rlvr_div.models import adapter_base
+    ``base_model_name_or_path`` at the revision it records. ``cache_path``: a JSON file of per-file hashes keyed by
+    (path, size, mtime, ctime, inode), read and updated."""
+    from rlvr_div.models import adapter_base, adapter_revision
 
     if adapter is None and Path(path).expanduser().is_dir():
         base_name = adapter_base(Path(path).expanduser())
         if base_name is not None:
-            path, adapter = base_name, path
+            path, adapter, revision = base_name, path, adapter_revision(Path(path).expanduser()) or revision
     cache = _HashCache(Path(cache_path) if cache_path is not None else None)
     base = _base_files(path, gguf_file, revision)
     if base is None:

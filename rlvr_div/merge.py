@@ -3,8 +3,9 @@
 Every adapted linear layer becomes W' = W + (α/r)·B·A (peft's ``merge_and_unload``), so the saved model computes
 the same log-probs as the base with the adapter attached, and loads with ``from_pretrained`` alone: no peft, no
 base model at hand. The base is the adapter's ``base_model_name_or_path`` (``tiny-<spec hash>`` for the built-in
-base, resolved in the current cache). The tokenizer is the adapter directory's when it holds one (training saves
-one there), else the base's. The model is written to a temporary directory beside ``--out`` and renamed, so an
+base, resolved in the current cache), at the hub revision the adapter records (peft's ``revision``; training
+stores ``model_revision`` there). The tokenizer is the adapter directory's when it holds one (training saves one
+there), else the base's. The model is written to a temporary directory beside ``--out`` and renamed, so an
 interrupted merge leaves no half-written model.
 """
 
@@ -46,13 +47,16 @@ def merge_adapter(adapter: str | os.PathLike, out: str | os.PathLike, dtype: str
     import torch
     from peft import PeftModel
 
-    from rlvr_div.models import load_model, load_tokenizer
+    from rlvr_div.models import adapter_revision, load_model, load_tokenizer
 
     base = check_merge(adapter, out, dtype)
     a, o = Path(adapter).expanduser(), Path(out).expanduser()
+    revision = adapter_revision(a)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    model = PeftModel.from_pretrained(load_model(base, dtype=torch_dtype), str(a)).merge_and_unload()
-    tokenizer = load_tokenizer(str(a) if (a / "tokenizer_config.json").is_file() else base)
+    model = PeftModel.from_pretrained(load_model(base, dtype=torch_dtype, revision=revision), str(a))
+    model = model.merge_and_unload()
+    has_tokenizer = (a / "tokenizer_config.json").is_file()
+    tokenizer = load_tokenizer(str(a)) if has_tokenizer else load_tokenizer(base, revision=revision)
     o.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{o.name}.", dir=o.parent))
     try:

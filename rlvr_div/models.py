@@ -284,19 +284,37 @@ def store_portable_base(model: Any) -> None:
             config.base_model_name_or_path = portable_model_name(config.base_model_name_or_path)
 
 
-def adapter_base(adapter_dir: str | os.PathLike) -> str | None:
-    """The ``base_model_name_or_path`` of a LoRA adapter directory (one holding ``adapter_config.json``); None for
-    a directory that is not an adapter. A broken or base-less config is a one-line :class:`ConfigError`."""
+def _adapter_config(adapter_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``adapter_config.json`` of a LoRA adapter directory, None for a directory that is not an adapter; a broken
+    config is a one-line :class:`ConfigError`."""
     config = Path(adapter_dir).expanduser() / "adapter_config.json"
     if not config.is_file():
         return None
     try:
-        base = json.loads(config.read_text()).get("base_model_name_or_path")
-    except (json.JSONDecodeError, AttributeError) as e:
+        data = json.loads(config.read_text())
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{config} is not a JSON object ({e})") from None
-    if not base:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{config} is not a JSON object")
+    return data
+
+
+def adapter_base(adapter_dir: str | os.PathLike) -> str | None:
+    """The ``base_model_name_or_path`` of a LoRA adapter directory (one holding ``adapter_config.json``); None for
+    a directory that is not an adapter. A broken or base-less config is a one-line :class:`ConfigError`."""
+    data = _adapter_config(adapter_dir)
+    if data is None:
+        return None
+    if not data.get("base_model_name_or_path"):
         raise ConfigError(f"adapter {str(adapter_dir)!r} names no base_model_name_or_path in adapter_config.json")
-    return str(base)
+    return str(data["base_model_name_or_path"])
+
+
+def adapter_revision(adapter_dir: str | os.PathLike) -> str | None:
+    """The hub revision of the base an adapter was trained on (peft's ``revision`` in ``adapter_config.json``; None
+    when it records none, i.e. the default branch, or for a directory that is not an adapter)."""
+    data = _adapter_config(adapter_dir)
+    return None if data is None or not data.get("revision") else str(data["revision"])
 
 
 def load_tokenizer(

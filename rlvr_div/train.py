@@ -150,6 +150,9 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     training.model_init_kwargs = init_kwargs
     tokenizer = load_tokenizer(model_path, script.gguf_file, model.model_revision, training.trust_remote_code)
     trainer_cls = TRAINERS.get(script.trainer).trainer_class()
+    peft_config = get_peft_config(model)
+    if peft_config is not None and model.model_revision not in (None, "main"):
+        peft_config.revision = model.model_revision  # the adapter records the base revision it was trained on
     with colocated_vllm_on_cpu(training):
         try:
             trainer = trainer_cls(
@@ -159,7 +162,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
                 train_dataset=dataset,
                 processing_class=tokenizer,
                 quantization_config=quantization_config(model),
-                peft_config=get_peft_config(model),
+                peft_config=peft_config,
                 callbacks=[metrics_callback(Path(training.output_dir) / METRICS), *callbacks],
             )
         except ValueError as e:  # LoRA targets of a model whose config was not on disk before the load

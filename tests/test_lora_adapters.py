@@ -95,10 +95,12 @@ def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, mon
     env = {**os.environ, "RLVR_DIV_CACHE": str(cache_a), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "rlvr_div.train", "--config", RECIPE, "--output_dir", str(run), "--max_steps", "2",
            "--save_steps", "1", "--use_peft", "true", "--lora_target_modules", "all-linear",
-           "--disable_tqdm", "true"]  # fmt: skip
+           "--model_revision", "v1", "--disable_tqdm", "true"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _base_name(run) == name
+    # the base revision trained on is recorded (a local base ignores it; a hub base is loaded at it again)
+    assert json.loads((run / "adapter_config.json").read_text())["revision"] == "v1"
     assert _base_name(run / "checkpoint-2") == name
     old_style = tmp_path / "old_style"  # saved as peft does by itself: the absolute path of the base in cache A
     get_peft_model(load_model(str(cache_a / name)), lora_config(r=4, alpha=8)).save_pretrained(old_style)
@@ -112,6 +114,39 @@ def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, mon
         assert cli_main(["eval", *args, "--quiet", "--threads", "1", "--output-dir", str(out)]) == 0
         assert json.loads((out / "m" / "results.json").read_text())["metrics"]["problems"] == 2
     assert cli_main(["merge", "--adapter", str(run), "--out", str(tmp_path / "merged")]) == 0
+
+
+def test_an_adapter_is_loaded_on_the_base_revision_it_records(random_adapter, tmp_path, monkeypatch):
+    """peft's ``revision`` in ``adapter_config.json`` reaches every load of the base: merge, eval's model reference
+    and the fingerprint (a hub base at another revision is another model)."""
+    import transformers
+
+    from eval.runner import resolve_model_ref
+    from rlvr_div.fingerprint import model_fingerprint
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(random_adapter, adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "revision": "v1"}))
+    seen = []
+    load = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(path, *args, **kwargs):
+        seen.append(kwargs.get("revision"))
+        return load(path, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    assert cli_main(["merge", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 0
+    assert seen == ["v1"]
+    assert resolve_model_ref("m", str(adapter)).revision == "v1"
+    assert resolve_model_ref("m", str(random_adapter)).revision is None  # none recorded: the default branch
+    on_hub = tmp_path / "on_hub"
+    shutil.copytree(adapter, on_hub)
+    (on_hub / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": "org/m", "revision": "v1"})
+    )
+    assert model_fingerprint(str(on_hub)) == model_fingerprint("org/m", str(on_hub), revision="v1")
+    assert model_fingerprint(str(on_hub)) != model_fingerprint("org/m", str(on_hub), revision="main")
 
 
 def test_tiny_of_another_spec_is_one_line(tmp_path, monkeypatch, no_model_loads):
