@@ -70,7 +70,7 @@ def _demote(lines: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div demo``."""
     from eval.collapse.cli import report
-    from eval.collapse.runs import run_benchmark
+    from eval.collapse.runs import benchmark_lock, run_benchmark
     from eval.collapse.spec import load_benchmark
 
     args = build_parser().parse_args(argv)
@@ -82,24 +82,25 @@ def main(argv: list[str] | None = None) -> int:
 
     if bench.model == "tiny":
         print(f"tiny base model: {tiny_model_path(progress=not args.quiet)}", flush=True)
-    run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
-    tables = report(bench, out, command.strip())
-    seconds = time.perf_counter() - t0
-    lines = [
-        "# rlvr-div demo: the collapse and the cure, on the tiny model",
-        "",
-        f"Command: `{command.strip()}` ({seconds:.0f} s in this invocation). The full benchmark (every method, "
-        "3 seeds, two tasks, the β sweep) is `make bench-collapse`; its protocol and tables are in "
-        "[docs/collapse.md](../docs/collapse.md).",
-        "",
-        "## What the full benchmark found",
-        "",
-    ]
-    lines += findings() or ["(docs/collapse.md has no findings block yet)"]
-    lines += ["", "## This demo's runs", ""]
-    lines += _demote(tables.read_text().splitlines()[1:])  # without its title
-    path = out / REPORT
-    path.write_text("\n".join(lines) + "\n")
+    with benchmark_lock(out):  # one writer per directory, for the runs and the report
+        run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
+        tables = report(bench, out, command.strip())
+        seconds = time.perf_counter() - t0
+        lines = [
+            "# rlvr-div demo: the collapse and the cure, on the tiny model",
+            "",
+            f"Command: `{command.strip()}` ({seconds:.0f} s in this invocation). The full benchmark (every method, "
+            "3 seeds, two tasks, the β sweep) is `make bench-collapse`; its protocol and tables are in "
+            "[docs/collapse.md](../docs/collapse.md).",
+            "",
+            "## What the full benchmark found",
+            "",
+        ]
+        lines += findings() or ["(docs/collapse.md has no findings block yet)"]
+        lines += ["", "## This demo's runs", ""]
+        lines += _demote(tables.read_text().splitlines()[1:])  # without its title
+        path = out / REPORT
+        path.write_text("\n".join(lines) + "\n")
     print(f"report: {path}  ({seconds:.0f} s in this invocation)")
     return 0
 

@@ -440,6 +440,8 @@ def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
     kwargs: dict[str, Any] = {"dtype": settings.dtype}
     if ref.revision:
         kwargs["revision"] = ref.revision
+        if not (ref.adapter and (Path(ref.adapter) / "tokenizer_config.json").is_file()):
+            kwargs["tokenizer_revision"] = ref.revision  # vLLM's detokenizer: the base's tokenizer at its revision
     if ref.adapter:
         rank = int(json.loads((Path(ref.adapter) / "adapter_config.json").read_text()).get("r", 16))
         kwargs.update(lora_path=ref.adapter, lora_rank=rank)

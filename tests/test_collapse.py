@@ -134,6 +134,12 @@ def test_a_directory_of_another_configuration_is_refused(tmp_path, no_model_load
     assert run_dir(tmp_path, Run("pairsum", "grpo", None, 0)).name == "seed0"
 
 
+def test_a_task_may_set_its_own_path_interval(no_model_loads):
+    task = {"name": "pairsum", "task": "pairsum", "task_options": {"max_target": 25}}
+    assert load_benchmark(SMOKE, {"tasks": [{**task, "trajectory_every": None}]}).trajectory_every("pairsum") == 1
+    assert load_benchmark(SMOKE, {"tasks": [{**task, "trajectory_every": 0}]}).trajectory_every("pairsum") == 0
+
+
 def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_loads):
     """One writer per output directory: while another process holds it, a benchmark (runs or report) on it stops in
     one line before writing anything; once that process ends, the directory is free."""
@@ -158,6 +164,9 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
         holder.wait()
     with benchmark_lock(out), benchmark_lock(out):  # free again, and re-entrant within one process
         pass
+    (tmp_path / "a_file").write_text("")  # a lock that cannot be made is one line too
+    with pytest.raises(ConfigError, match="cannot create the lock .* beside --out"):
+        run_benchmark(load_benchmark(SMOKE), tmp_path / "a_file" / "out", progress=False)
 
 
 def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):

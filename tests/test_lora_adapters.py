@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_an_adapter_is_loaded_on_the_base_revision_it_records(random_adapter, tm
     and the fingerprint (a hub base at another revision is another model)."""
     import transformers
 
-    from eval.runner import resolve_model_ref
+    from eval.runner import load_for_eval, resolve_model_ref
     from rlvr_div.fingerprint import model_fingerprint
 
     adapter = tmp_path / "adapter"
@@ -138,7 +139,10 @@ def test_an_adapter_is_loaded_on_the_base_revision_it_records(random_adapter, tm
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
     assert cli_main(["merge", "--adapter", str(adapter), "--out", str(tmp_path / "merged")]) == 0
     assert seen == ["v1"]
-    assert resolve_model_ref("m", str(adapter)).revision == "v1"
+    ref = resolve_model_ref("m", str(adapter))
+    assert ref.revision == "v1"
+    load_for_eval(ref, SimpleNamespace(dtype="float32", device="cpu"))  # eval's HF backend
+    assert seen == ["v1", "v1"]
     assert resolve_model_ref("m", str(random_adapter)).revision is None  # none recorded: the default branch
     on_hub = tmp_path / "on_hub"
     shutil.copytree(adapter, on_hub)

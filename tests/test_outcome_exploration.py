@@ -133,6 +133,12 @@ def test_counts_survive_a_resume_from_a_checkpoint(tmp_path, tiny_path):
     res = _train(resumed, "--max_steps", "4", "--resume_from_checkpoint", "true")
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((resumed / "checkpoint-4" / STATE_FILE).read_text())["counts"] == at4
+    # a checkpoint without the optimizer (save_only_model) still holds them
+    light = tmp_path / "light"
+    res = _train(light, "--max_steps", "2", "--save_only_model", "true")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not (light / "checkpoint-2" / "optimizer.pt").exists()
+    assert json.loads((light / "checkpoint-2" / STATE_FILE).read_text())["counts"] == at2
 
 
 def test_two_processes_count_every_completion_once(tmp_path, tiny_path):

@@ -46,10 +46,19 @@ def valid_sets(task: str, rows: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 def logprobs_of(model_path: str, task: str, rows: Sequence[dict[str, Any]], temperature: float) -> list[list[float]]:
     """log π(y ⊕ EOS | x) for every valid y of every row, under the model at ``model_path``."""
+    from transformers.utils import logging as hf_logging
+
     from rlvr_div.models import load_model, load_tokenizer
 
     tok = load_tokenizer(model_path)
-    model = load_model(model_path).eval()
+    shown = hf_logging.is_progress_bar_enabled()
+    if Path(model_path).is_dir():  # a "Loading weights" bar for each measured split says nothing (a download's stays)
+        hf_logging.disable_progress_bar()
+    try:
+        model = load_model(model_path).eval()
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     out = sequence_logprobs(model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature)
     return [lp.tolist() for lp in out]
 

@@ -340,13 +340,18 @@ def benchmark_lock(out: Path) -> Iterator[None]:
 
     out = out.resolve()
     path = out.parent / f".{out.name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = _LOCKS.setdefault(str(path), FileLock(str(path), timeout=0))
+    if str(path) not in _LOCKS:
+        _LOCKS[str(path)] = FileLock(str(path), timeout=0)
     try:
-        lock.acquire()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _LOCKS[str(path)].acquire()
     except Timeout:
         raise ConfigError(f"{out} is being written by another collapse benchmark (lock: {path}); wait for it to "
                           "finish or choose another --out") from None  # fmt: skip
+    except OSError as e:
+        raise ConfigError(f"cannot create the lock {path} beside --out {out} ({e.strerror or e}); choose an --out "
+                          "whose parent directory is writable") from None  # fmt: skip
+    lock = _LOCKS[str(path)]
     try:
         yield
     finally:

@@ -231,7 +231,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
             if baseline not in only:
                 raise ConfigError(f"task {name!r} must run the baseline {baseline!r}")
         _no_reserved(t.get("overrides") or {}, f"task {name!r} overrides")
-        if "trajectory_every" in t:
+        if t.get("trajectory_every") is not None:
             _check_every(t["trajectory_every"], f"task {name!r} trajectory_every")
         tasks.append(Task(name, str(t.get("task", name)), dict(t.get("task_options") or {}),
                           dict(t.get("overrides") or {}), tuple(only) if only else None,

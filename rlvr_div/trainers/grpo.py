@@ -590,22 +590,21 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         logps, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attention, out["completion_ids"].size(1))
         return logps
 
-    # -- the validity controller's state travels with checkpoints
+    # -- the validity controller's state and the outcome counts travel with checkpoints
     def _save_checkpoint(self, model, trial):  # noqa: ANN001, ANN202
-        # the controller's state goes in first: trainer_state.json, written last by the Trainer, marks a checkpoint
-        # complete, so a checkpoint that looks complete always holds it (a kill in between leaves an incomplete one)
-        if self.controller is not None and self.args.should_save:
+        # they go in first: trainer_state.json, written last by the Trainer, marks a checkpoint complete, so a
+        # checkpoint that looks complete always holds them (a kill in between leaves an incomplete one); here, not
+        # with the optimizer, so that save_only_model keeps them too
+        if (self.controller is not None or self.outcome is not None) and self.args.should_save:
             folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / (CONTROLLER_STATE + ".tmp")
-            tmp.write_text(json.dumps(self.controller.state_dict()))
-            tmp.replace(folder / CONTROLLER_STATE)
+            if self.controller is not None:
+                tmp = folder / (CONTROLLER_STATE + ".tmp")
+                tmp.write_text(json.dumps(self.controller.state_dict()))
+                tmp.replace(folder / CONTROLLER_STATE)
+            if self.outcome is not None:
+                self.outcome.save(folder)
         super()._save_checkpoint(model, trial)
-
-    def _save_optimizer_and_scheduler(self, output_dir):  # noqa: ANN001, ANN202
-        super()._save_optimizer_and_scheduler(output_dir)
-        if self.outcome is not None and self.args.should_save:  # before trainer_state.json marks it complete
-            self.outcome.save(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):  # noqa: ANN001, ANN202
         super()._load_optimizer_and_scheduler(checkpoint)
