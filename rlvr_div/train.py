@@ -336,6 +336,9 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
         raise KeyboardInterrupt(_interrupted(trainer, training, argv, top_level)) from None
     if main_process:
         print(_summary(trainer, out, result.metrics.get("train_runtime")))
+    if state is not None:  # leave together: a process that exits with its group alive can abort in teardown (gloo)
+        state.wait_for_everyone()
+        state.destroy_process_group()
     return 0
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eval.collapse.aggregate import code_states
 from eval.collapse.cli import main as collapse_main
 from eval.collapse.runs import RESULT, read_result, run_benchmark, run_dir
 from eval.collapse.spec import Run, grid_runs, load_benchmark, run_argv
@@ -36,6 +37,7 @@ def test_interrupted_benchmark_resumes_to_identical_tables(tmp_path):
     assert outcome["runs"] == len(list((broken / "runs").rglob(RESULT))) == 8  # the bar's total: no run counted twice
     assert collapse_main(["--config", str(SMOKE), "--out", str(broken), "--quiet"]) == 0
     assert _tables(broken) == _tables(whole)
+    assert sum(code_states(bench, broken).values()) == 8  # the report header counts every run, tuning included
     methods = _tables(whole)["tasks"]["pairsum"]["methods"]
     assert methods["grpo"]["seeds"] == [1, 2]
     assert methods["grpo_reverse_kl"]["seeds"] == [1, 2]  # selected and reported though its grid is all sweep runs

@@ -15,12 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # --output-dir X, --output_dir X, --out X, --rehearsal_path X (command lines), output_dir: X (recipes)
 OPTION = re.compile(r"--(?:output-dir|output_dir|out|rehearsal_path)[ =]([^\s`'\"|)]+)")
 KEY = re.compile(r"^(?:output_dir|rehearsal_path):\s*(\S+)", re.M)
-# committed benchmark results (docs/collapse.md): tracked on purpose; their own .gitignore keeps models and logs out
+# committed benchmark results (docs/collapse.md): tracked on purpose; rules in the top .gitignore keep models and logs
+# out (checked below), where `rlvr-div collapse --fresh`, which empties the directory, cannot delete them
 TRACKED_RESULTS = ("bench/results/",)
 
 
 def tracked_results(path: str) -> bool:
-    return path.startswith(TRACKED_RESULTS) and (ROOT / path / ".gitignore").is_file()
+    return path.startswith(TRACKED_RESULTS)
 
 
 def written_paths() -> list[tuple[str, str]]:

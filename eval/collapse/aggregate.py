@@ -13,7 +13,7 @@ from typing import Any
 
 from eval.collapse.measure import trajectory_point
 from eval.collapse.runs import read_result, select
-from eval.collapse.spec import Benchmark, Run
+from eval.collapse.spec import Benchmark, Run, grid_runs
 from eval.collapse.stats import mean_ci, paired_difference
 
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
@@ -114,7 +114,6 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
     ks = list(bench.evaluation.ks)
     report_split = bench.evaluation.report_on
     agg: dict[str, Any] = {"ks": ks, "report_on": report_split, "seeds": list(bench.seeds), "tasks": {}}
-    codes: dict[str, int] = {}
     for task in bench.tasks:
         base_file = out / "base" / f"{task.name}.json"
         base = json.loads(base_file.read_text()) if base_file.is_file() else {"splits": {}}
@@ -129,8 +128,6 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 entry["methods"][m.name] = {"label": m.label, "status": "tuning not finished"}
                 continue
             results = seed_results(bench, out, task.name, m.name, value)
-            for r in results.values():
-                codes[r.get("commit", "unknown")] = codes.get(r.get("commit", "unknown"), 0) + 1
             per_split: dict[str, Any] = {}
             flats: dict[str, dict[int, dict[str, Any]]] = {}
             for split in bench.evaluation.splits:
@@ -175,8 +172,26 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:
         agg["beta_sweep"] = beta_sweep(bench, out)
-    agg["code_states"] = codes
+    agg["code_states"] = code_states(bench, out)
     return agg
+
+
+def code_states(bench: Benchmark, out: Path) -> dict[str, int]:
+    """How many of the grid's finished runs each code state (commit, ``+dirty``) trained: every run the tables,
+    the tuning choices and the β sweep are computed from."""
+    fixed, tuning = grid_runs(bench)
+    runs = set(fixed) | set(tuning)
+    for task in bench.tasks:
+        for m in bench.methods_of(task):
+            value = chosen_value(bench, out, task.name, m.name)
+            if value is not None:
+                runs |= {Run(task.name, m.name, value, s) for s in bench.seeds}
+    codes: dict[str, int] = {}
+    for run in runs:
+        r = read_result(out, run, bench)
+        if r is not None:
+            codes[r.get("commit", "unknown")] = codes.get(r.get("commit", "unknown"), 0) + 1
+    return codes
 
 
 def beta_sweep(bench: Benchmark, out: Path) -> dict[str, Any]:

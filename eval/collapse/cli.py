@@ -86,7 +86,7 @@ def report(bench: Benchmark, out: Path, command: str) -> Path:
     header = [
         "# Collapse benchmark",
         "",
-        f"Command: `{command}`. Code of the runs (commit, +dirty: uncommitted changes; runs): "
+        f"Command: `{command}`. Code of the runs (commit, +dirty: uncommitted changes; finished runs of the grid): "
         f"{', '.join(f'{c} ({n})' for c, n in sorted(codes.items())) or 'none yet'}. Machine: {platform.machine()}, "
         f"{os.cpu_count()} CPU cores; {bench.workers} parallel runs × {bench.threads} torch thread(s). Wall time of "
         f"the invocations so far: {seconds / 60:.1f} min. Base model: `{bench.model}`; seeds {list(bench.seeds)}.",
