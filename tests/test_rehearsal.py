@@ -195,7 +195,7 @@ def test_tiny_dph_recipes_train_50_steps(recipe, mode, full_rehearsal_dir, tmp_p
     extra = ["--use_peft", "true", "--lora_target_modules", "all-linear"] if mode == "lora" else []
     processes = 2 if mode == "two_processes" else 1
     if processes == 2:
-        extra += ["--per_device_train_batch_size", "128"]  # the recipe's 256 rollouts per step over two processes
+        extra += ["--per_device_train_batch_size", "64"]  # the recipe's 128 rollouts per step over two processes
     logs = _train_dph(recipe, full_rehearsal_dir, tmp_path / mode, 50, *extra, processes=processes)
     name = recipe.removeprefix("dph_")
     assert [x["step"] for x in logs] == list(range(1, 51))
