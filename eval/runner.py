@@ -420,9 +420,9 @@ def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
 def _tokenizer(ref: ModelRef) -> Any:
     """A reference's tokenizer: an adapter directory's when it holds one (TRL saves one beside the adapter), else
     the model's (an adapter's base at the revision the adapter records)."""
-    from rlvr_div.models import load_tokenizer
+    from rlvr_div.models import holds_tokenizer, load_tokenizer
 
-    if ref.adapter and (Path(ref.adapter) / "tokenizer_config.json").is_file():
+    if ref.adapter and holds_tokenizer(ref.adapter):
         return load_tokenizer(ref.adapter)
     return load_tokenizer(ref.model, revision=ref.revision)
 
@@ -433,14 +433,14 @@ def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
     if settings.backend == "hf":
         model, tokenizer = load_for_eval(ref, settings)
         return HFSampler(model, tokenizer, settings.sampling())
-    from rlvr_div.models import resolve_model
+    from rlvr_div.models import holds_tokenizer, resolve_model
 
     path = resolve_model(ref.model)
     tokenizer = _tokenizer(ref)
     kwargs: dict[str, Any] = {"dtype": settings.dtype}
     if ref.revision:
         kwargs["revision"] = ref.revision
-        if not (ref.adapter and (Path(ref.adapter) / "tokenizer_config.json").is_file()):
+        if not (ref.adapter and holds_tokenizer(ref.adapter)):
             kwargs["tokenizer_revision"] = ref.revision  # vLLM's detokenizer: the base's tokenizer at its revision
     if ref.adapter:
         rank = int(json.loads((Path(ref.adapter) / "adapter_config.json").read_text()).get("r", 16))

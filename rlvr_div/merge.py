@@ -47,7 +47,7 @@ def merge_adapter(adapter: str | os.PathLike, out: str | os.PathLike, dtype: str
     import torch
     from peft import PeftModel
 
-    from rlvr_div.models import adapter_revision, load_model, load_tokenizer
+    from rlvr_div.models import adapter_revision, holds_tokenizer, load_model, load_tokenizer
 
     base = check_merge(adapter, out, dtype)
     a, o = Path(adapter).expanduser(), Path(out).expanduser()
@@ -55,8 +55,7 @@ def merge_adapter(adapter: str | os.PathLike, out: str | os.PathLike, dtype: str
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = PeftModel.from_pretrained(load_model(base, dtype=torch_dtype, revision=revision), str(a))
     model = model.merge_and_unload()
-    has_tokenizer = (a / "tokenizer_config.json").is_file()
-    tokenizer = load_tokenizer(str(a)) if has_tokenizer else load_tokenizer(base, revision=revision)
+    tokenizer = load_tokenizer(str(a)) if holds_tokenizer(a) else load_tokenizer(base, revision=revision)
     o.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{o.name}.", dir=o.parent))
     try:

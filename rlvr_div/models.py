@@ -310,6 +310,11 @@ def adapter_base(adapter_dir: str | os.PathLike) -> str | None:
     return str(data["base_model_name_or_path"])
 
 
+def holds_tokenizer(directory: str | os.PathLike) -> bool:
+    """Whether a (LoRA adapter) directory holds its own tokenizer (TRL saves one beside the adapter)."""
+    return (Path(directory).expanduser() / "tokenizer_config.json").is_file()
+
+
 def adapter_revision(adapter_dir: str | os.PathLike) -> str | None:
     """The hub revision of the base an adapter was trained on (peft's ``revision`` in ``adapter_config.json``; None
     when it records none, i.e. the default branch, or for a directory that is not an adapter)."""

@@ -342,16 +342,16 @@ def benchmark_lock(out: Path) -> Iterator[None]:
     path = out.parent / f".{out.name}.lock"
     if str(path) not in _LOCKS:
         _LOCKS[str(path)] = FileLock(str(path), timeout=0)
+    lock = _LOCKS[str(path)]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _LOCKS[str(path)].acquire()
+        lock.acquire()
     except Timeout:
         raise ConfigError(f"{out} is being written by another collapse benchmark (lock: {path}); wait for it to "
                           "finish or choose another --out") from None  # fmt: skip
     except OSError as e:
         raise ConfigError(f"cannot create the lock {path} beside --out {out} ({e.strerror or e}); choose an --out "
                           "whose parent directory is writable") from None  # fmt: skip
-    lock = _LOCKS[str(path)]
     try:
         yield
     finally:
