@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.collapse.aggregate import code_states
-from eval.collapse.cli import main as collapse_main
-from eval.collapse.runs import RESULT, read_result, run_benchmark, run_dir
-from eval.collapse.spec import Run, grid_runs, load_benchmark, run_argv
+from collapse_bench.aggregate import code_states
+from collapse_bench.cli import main as collapse_main
+from collapse_bench.runs import RESULT, read_result, run_benchmark, run_dir
+from collapse_bench.spec import Run, grid_runs, load_benchmark, run_argv
 from rlvr_div.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_bad_configs_fail_in_one_line_before_anything_runs(tmp_path, edit, messa
 
 def test_a_directory_of_another_configuration_is_refused(tmp_path, no_model_loads):
     bench = load_benchmark(SMOKE)
-    from eval.collapse.runs import check_state
+    from collapse_bench.runs import check_state
 
     check_state(tmp_path, bench, fresh=False)
     check_state(tmp_path, load_benchmark(SMOKE, {"seeds": [5, 6]}), fresh=False)  # more runs: fine
@@ -148,10 +148,10 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     import subprocess
     import sys
 
-    from eval.collapse.runs import benchmark_lock
+    from collapse_bench.runs import benchmark_lock
 
     out = tmp_path / "out"
-    code = "import sys, time\nfrom pathlib import Path\nfrom eval.collapse.runs import benchmark_lock\n" \
+    code = "import sys, time\nfrom pathlib import Path\nfrom collapse_bench.runs import benchmark_lock\n" \
         "with benchmark_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -172,7 +172,7 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
 
 
 def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):
-    from eval.collapse.cli import splice_tables
+    from collapse_bench.cli import splice_tables
 
     (tmp_path / "res").mkdir()
     report = tmp_path / "res" / "collapse.md"
@@ -193,7 +193,7 @@ def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):
 def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
     import subprocess
 
-    from eval.collapse.runs import code_commit
+    from collapse_bench.runs import code_commit
 
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
@@ -219,7 +219,7 @@ def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
 
 def test_a_run_keeps_its_identity_when_the_checkout_moves(tmp_path):
     """Finished runs are reused from a clone or a moved checkout: the identity names the recipe as the config does."""
-    from eval.collapse.spec import run_identity
+    from collapse_bench.spec import run_identity
 
     shutil.copytree(ROOT / "recipes" / "tiny", tmp_path / "recipes" / "tiny")
     (tmp_path / "tests" / "fixtures").mkdir(parents=True)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from eval.collapse.stats import mean_ci, paired_difference, t_cdf, t_quantile
+from collapse_bench.stats import mean_ci, paired_difference, t_cdf, t_quantile
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def _point(step, mu, eff, cov=0.5, kl=1.0):
 
 
 def test_path_value_at_interpolates_at_the_first_crossing():
-    from eval.collapse.aggregate import path_value_at
+    from collapse_bench.aggregate import path_value_at
 
     # validity 0.6 -> 0.8 -> 0.7 -> 0.95; effective answers 14 -> 10 -> 9 -> 3
     path = [_point(20, 0.8, 10.0), _point(0, 0.6, 14.0), _point(40, 0.7, 9.0), _point(60, 0.95, 3.0)]
@@ -60,7 +60,7 @@ def test_path_value_at_interpolates_at_the_first_crossing():
 
 
 def test_matched_validity_pairs_each_seed_with_its_own_baseline_path():
-    from eval.collapse.aggregate import matched_validity
+    from collapse_bench.aggregate import matched_validity
 
     def end(mu, eff, cov, kl):
         return {"splits": {"train": {"mean": {"mu": mu, "effective_answers": eff, "kl_pstar": kl,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.demo import findings
+from collapse_bench.demo import findings
 from rlvr_div.cli import main as cli_main
 
 SMALL = ["--steps", "2", "--seeds", "1", "--quiet"]

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.collapse.measure import trajectory_point
-from eval.collapse.runs import read_result, select
-from eval.collapse.spec import Benchmark, Run, grid_runs
-from eval.collapse.stats import mean_ci, paired_difference
+from collapse_bench.measure import trajectory_point
+from collapse_bench.runs import read_result, select
+from collapse_bench.spec import Benchmark, Run, grid_runs
+from collapse_bench.stats import mean_ci, paired_difference
 
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
 SCALARS = ("mu", "kl_pstar", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")

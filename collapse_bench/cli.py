@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval.collapse.aggregate import aggregate
-from eval.collapse.report import write_report
-from eval.collapse.runs import STATE, benchmark_lock, run_benchmark
-from eval.collapse.spec import Benchmark, load_benchmark
+from collapse_bench.aggregate import aggregate
+from collapse_bench.report import write_report
+from collapse_bench.runs import STATE, benchmark_lock, run_benchmark
+from collapse_bench.spec import Benchmark, load_benchmark
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
 

@@ -69,9 +69,9 @@ def _demote(lines: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div demo``."""
-    from eval.collapse.cli import report
-    from eval.collapse.runs import benchmark_lock, run_benchmark
-    from eval.collapse.spec import load_benchmark
+    from collapse_bench.cli import report
+    from collapse_bench.runs import benchmark_lock, run_benchmark
+    from collapse_bench.spec import load_benchmark
 
     args = build_parser().parse_args(argv)
     bench = load_benchmark(args.config, check_args(args))

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.collapse.stats import paired_difference
+from collapse_bench.stats import paired_difference
 
 
 def _pm(ci: dict[str, Any] | None, digits: int = 3) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from eval.collapse.measure import (
+from collapse_bench.measure import (
     exact_trajectory,
     is_enumerable,
     logprobs_of,
@@ -43,7 +43,7 @@ from eval.collapse.measure import (
     trajectory_point,
     valid_sets,
 )
-from eval.collapse.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
+from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
 
@@ -54,13 +54,13 @@ SELECTION = "selection.json"
 
 # what a run's outcome depends on in the checkout: the code, the recipes and the benchmark configs, not the results
 # that benchmarks write into it (bench/results/ is committed, so writing there must not mark the code dirty)
-CODE_PATHS = ("rlvr_div", "eval", "recipes", "bench", ":(exclude)bench/results", "pyproject.toml")
+CODE_PATHS = ("rlvr_div", "eval", "collapse_bench", "recipes", "bench", ":(exclude)bench/results", "pyproject.toml")
 
 
 def code_commit(root: Path | None = None) -> str:
     """The git commit of the code in ``root`` (default: this checkout), ``+dirty`` when a tracked file under
     :data:`CODE_PATHS` differs from it; ``unknown`` outside a checkout."""
-    root = Path(__file__).resolve().parents[2] if root is None else root
+    root = Path(__file__).resolve().parents[1] if root is None else root
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()  # fmt: skip
