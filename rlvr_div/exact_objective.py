@@ -1,0 +1,164 @@
+"""The KL-regularised objective computed exactly on an enumerable valid set, and gradient ascent on it with no
+sampling at all: the sampling-free arm of the β study (docs/collapse.md).
+
+For a prompt x with valid set V(x), policy π and base a, teacher forcing every y ∈ V(x) followed by EOS gives
+π(y|x) and a(y|x) exactly (:mod:`rlvr_div.exact`), hence μ(x) = Σ_{y∈V} π(y|x) and A(x) = Σ_{y∈V} a(y|x). Lump every
+invalid completion into one outcome ⊥ (π(⊥) = 1 − μ, a(⊥) = 1 − A) and write π̄, ā for the distributions over
+V(x) ∪ {⊥}. The objective is
+
+    J(θ) = mean_x [ μ(x) − β·KL(π̄(·|x) ‖ ā(·|x)) ]
+         = mean_x [ Σ_{y∈V} π(y)·(1 − β·log(π(y)/a(y))) − β·(1 − μ)·log((1 − μ)/(1 − A)) ].
+
+It is the sequence-level objective E_π[v] − β·KL(π‖a) of binary-reward RLVR less β·(1 − μ)·KL(π(·|invalid) ‖
+a(·|invalid)), the one term no enumeration reaches; that term is ≥ 0 and is 0 at the optimum, so J has the same
+optimum on V: π(·|valid) = p* = a(·|valid) and μ(x) = σ(logit A(x) + 1/β) (:func:`rlvr_div.calibration.validity_at`),
+at every β > 0. With β = 0, J = mean_x μ(x). Gradient ascent on J (Adam, the full valid set of every training prompt
+in one batch) removes sampling noise entirely: a policy that still drifts away from p* as β falls is driven there by
+its parameterisation and the optimiser, not by the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_LOG_EPS = 1e-12  # 1 − μ is clamped below by this before its log (μ → 1 at small β)
+
+
+@dataclass
+class ValidSetBatch:
+    """Every (prompt, valid completion ⊕ EOS) row of a set of prompts, tokenised once and left-aligned
+    [prompt | completion | padding] (the layout of :func:`rlvr_div.sampling.token_logprobs`, default positions)."""
+
+    input_ids: torch.Tensor  # (N, W)
+    attention_mask: torch.Tensor  # (N, W)
+    columns: torch.Tensor  # (N, C): column of the logits that predict completion token t of each row
+    targets: torch.Tensor  # (N, C): the completion tokens (EOS included), 0 where padded
+    completion_mask: torch.Tensor  # (N, C)
+    owner: torch.Tensor  # (N,): index of the row's prompt
+    base_logp: torch.Tensor  # (N,) float64: log a(y ⊕ EOS | x)
+    n_prompts: int
+
+    def to(self, device: Any) -> ValidSetBatch:
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.__dict__.items()}
+        return ValidSetBatch(**moved)
+
+
+def valid_set_batch(
+    tokenizer: Any,
+    prompts: Sequence[str],
+    valid: Sequence[Sequence[str]],
+    base_logps: Sequence[Sequence[float]],
+) -> ValidSetBatch:
+    """Tokenise every valid completion of every prompt as :func:`rlvr_div.exact.sequence_logprobs` does (the prompt
+    with the tokenizer's special tokens, the completion without, then EOS)."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the exact objective needs a tokenizer with an EOS token")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows: list[tuple[list[int], list[int]]] = []
+    owner: list[int] = []
+    base: list[float] = []
+    for i, (prompt, ys, blp) in enumerate(zip(prompts, valid, base_logps, strict=True)):
+        if len(ys) != len(blp):
+            raise ValueError(f"prompt {prompt!r}: {len(ys)} valid completions but {len(blp)} base log-probs")
+        p = list(tokenizer(prompt)["input_ids"])
+        for y, lp in zip(ys, blp):
+            rows.append((p, list(tokenizer(y, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]))
+            owner.append(i)
+            base.append(float(lp))
+    width = max(len(p) + len(c) for p, c in rows)
+    c_len = max(len(c) for _, c in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    columns = torch.zeros((len(rows), c_len), dtype=torch.long)
+    targets = torch.zeros((len(rows), c_len), dtype=torch.long)
+    mask = torch.zeros((len(rows), c_len))
+    for r, (p, c) in enumerate(rows):
+        input_ids[r, : len(p) + len(c)] = torch.tensor(p + c)
+        attention[r, : len(p) + len(c)] = 1
+        # the logits that predict completion token t sit at column len(p) − 1 + t; padded slots point at column 0
+        columns[r, : len(c)] = torch.arange(len(p) - 1, len(p) - 1 + len(c))
+        targets[r, : len(c)] = torch.tensor(c)
+        mask[r, : len(c)] = 1.0
+    return ValidSetBatch(
+        input_ids, attention, columns, targets, mask, torch.tensor(owner), torch.tensor(base, dtype=torch.float64),
+        len(prompts),
+    )  # fmt: skip
+
+
+def valid_set_logprobs(model: Any, batch: ValidSetBatch, temperature: float = 1.0) -> torch.Tensor:
+    """(N,) float64 log π(y ⊕ EOS | x) of every row, differentiable in the model's parameters."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits.gather(1, batch.columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    chosen = logp.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    return (chosen.double() * batch.completion_mask.double()).sum(-1)
+
+
+def exact_objective(logp: torch.Tensor, batch: ValidSetBatch, beta: float) -> torch.Tensor:
+    """J = mean_x [Σ_{y∈V} π(y)(1 − β log(π(y)/a(y))) − β(1 − μ) log((1 − μ)/(1 − A))] (see the module docstring)
+    from the rows' log π (float64)."""
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    owner, base = batch.owner.to(logp.device), batch.base_logp.to(logp.device)
+    pi = logp.exp()
+    mu = torch.zeros(batch.n_prompts, dtype=logp.dtype, device=logp.device).index_add(0, owner, pi)
+    if beta == 0:
+        return mu.mean()
+    big_a = torch.zeros_like(mu).index_add(0, owner, base.exp())
+    valid_part = torch.zeros_like(mu).index_add(0, owner, pi * (1.0 - beta * (logp - base)))
+    rest = 1.0 - mu
+    invalid_part = rest * (torch.log(rest.clamp(min=_LOG_EPS)) - torch.log1p(-big_a))
+    return (valid_part - beta * invalid_part).mean()
+
+
+def ascend(
+    model: Any,
+    batch: ValidSetBatch,
+    beta: float,
+    learning_rate: float,
+    max_steps: int,
+    every: int,
+    on_point: Callable[[int, torch.Tensor], bool],
+    temperature: float = 1.0,
+    start_step: int = 0,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> tuple[int, torch.optim.Optimizer]:
+    """Adam ascent on :func:`exact_objective` (full batch, constant learning rate) from ``start_step`` to
+    ``max_steps``. After every ``every``-th step (and the last) ``on_point(step, logp)`` gets the rows' current
+    log π (no grad); it returns True to stop (e.g. a plateau). Returns the last step and the optimizer (for a
+    checkpoint)."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = optimizer or torch.optim.Adam(params, lr=learning_rate)
+    model.train()
+    step = start_step
+    while step < max_steps:
+        optimizer.zero_grad(set_to_none=True)
+        logp = valid_set_logprobs(model, batch, temperature)
+        loss = -exact_objective(logp, batch, beta)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step % every == 0 or step == max_steps:
+            with torch.no_grad():
+                current = valid_set_logprobs(model, batch, temperature)
+            if on_point(step, current) and step < max_steps:
+                break
+    return step, optimizer
+
+
+def closed_form_objective(base_rates: Sequence[float], beta: float) -> float:
+    """The maximum of J over all distributions: mean_x β·log(1 − A + A·e^{1/β}) (the log-partition of p_β), for
+    checking that ascent approaches it from below."""
+    out = []
+    for a in base_rates:
+        # β log(1 − A + A e^{1/β}) = 1 + β log(A + (1 − A) e^{−1/β}), stable for small β
+        out.append(1.0 + beta * math.log(a + (1.0 - a) * math.exp(-1.0 / beta)))
+    return float(sum(out) / len(out))

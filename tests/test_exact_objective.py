@@ -1,0 +1,145 @@
+"""The sampling-free arm's objective (rlvr_div.exact_objective): its value against the exact measurements of
+rlvr_div.exact, its gradient against finite differences, and ascent that climbs toward the closed-form maximum."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlvr_div.calibration import bernoulli_kl
+from rlvr_div.exact import ExactPrompt, prompt_metrics, sequence_logprobs
+from rlvr_div.exact_objective import (
+    ascend,
+    closed_form_objective,
+    exact_objective,
+    valid_set_batch,
+    valid_set_logprobs,
+)
+from rlvr_div.tasks.synthetic import pairsum_valid
+
+PROMPTS = ["sum 3:", "sum 6:", "sum 2:"]
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_div.models import load_tokenizer
+
+    tok = load_tokenizer(tiny_path)
+    base = AutoModelForCausalLM.from_pretrained(tiny_path).eval()
+    valid = [pairsum_valid({"target": int(p[4:-1])}) for p in PROMPTS]
+    base_logps = [lp.tolist() for lp in sequence_logprobs(base, tok, PROMPTS, valid)]
+    return tok, valid, base_logps
+
+
+def _policy(tiny_path, scale=0.05, dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_path).to(dtype)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g).to(dtype))
+    return policy
+
+
+def test_rows_score_as_the_exact_measurement_does(setup, tiny_path):
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path).eval()
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    with torch.no_grad():
+        logp = valid_set_logprobs(policy, batch).numpy()
+    expected = np.concatenate(sequence_logprobs(policy, tok, PROMPTS, valid))
+    np.testing.assert_allclose(logp, expected, atol=2e-5)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1, 1.0])
+def test_objective_is_validity_minus_beta_times_the_lumped_kl(setup, tiny_path, beta):
+    """J_x = μ − β·(KL(Bern μ‖Bern A) + μ·KL(π_v‖p*)), from rlvr_div.exact's per-prompt numbers."""
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path).eval()
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    with torch.no_grad():
+        logp = valid_set_logprobs(policy, batch)
+    got = float(exact_objective(logp, batch, beta))
+    by_prompt, cursor = [], 0
+    for prompt, ys, blp in zip(PROMPTS, valid, base_logps):
+        lp = logp[cursor : cursor + len(ys)].numpy()
+        cursor += len(ys)
+        m = prompt_metrics(ExactPrompt(prompt, tuple(ys), lp, np.asarray(blp)), [1])
+        # KL(π_v‖p*) = Σ π_v log(π_v/p*), the reverse of the kl_pstar column
+        pv = np.exp(lp) / m["mu"]
+        pstar = np.exp(blp) / m["base_mu"]
+        kl_v = float(np.sum(pv * np.log(pv / pstar)))
+        by_prompt.append(m["mu"] - beta * (bernoulli_kl(m["mu"], m["base_mu"]) + m["mu"] * kl_v))
+    assert got == pytest.approx(float(np.mean(by_prompt)), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3])
+def test_gradient_matches_finite_differences(setup, tiny_path, beta):
+    """∇J·d against central differences along a random direction d, in float64, Richardson-extrapolated:
+    D(h) = (J(θ + hd) − J(θ − hd)) / 2h, (4·D(h/2) − D(h)) / 3 has error O(h⁴). The step cannot be tiny: Llama's
+    RMSNorm computes in float32 whatever the model's dtype, so rounding noise grows as 1/h."""
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path, dtype=torch.float64).eval()
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    g = torch.Generator().manual_seed(1)
+    direction = [torch.randn(p.shape, generator=g, dtype=torch.float64) for p in params]
+    objective = exact_objective(valid_set_logprobs(policy, batch), batch, beta)
+    grads = torch.autograd.grad(objective, params)
+    analytic = sum(float((gr * d).sum()) for gr, d in zip(grads, direction))
+
+    def shifted(step: float) -> float:
+        with torch.no_grad():
+            for p, d in zip(params, direction):
+                p.add_(step * d)
+            value = float(exact_objective(valid_set_logprobs(policy, batch), batch, beta))
+            for p, d in zip(params, direction):
+                p.sub_(step * d)
+        return value
+
+    def central(h: float) -> float:
+        return (shifted(h) - shifted(-h)) / (2 * h)
+
+    h = 2e-3
+    numeric = (4 * central(h / 2) - central(h)) / 3
+    assert analytic == pytest.approx(numeric, rel=2e-4)
+    assert abs(analytic) > 1e-6  # a direction along which J changes: the comparison is not 0 = 0
+
+
+def test_ascent_climbs_and_stays_below_the_closed_form_maximum(setup, tiny_path):
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path, scale=0.0)
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    beta = 0.3
+    values: list[tuple[int, float]] = []
+
+    def on_point(step, logp):
+        values.append((step, float(exact_objective(logp, batch, beta))))
+        return False
+
+    with torch.no_grad():
+        start = float(exact_objective(valid_set_logprobs(policy, batch), batch, beta))
+    step, _ = ascend(policy, batch, beta, learning_rate=1e-4, max_steps=30, every=10, on_point=on_point)
+    assert step == 30 and [s for s, _ in values] == [10, 20, 30]
+    assert values[-1][1] > start
+    base_rates = [math.fsum(math.exp(x) for x in blp) for blp in base_logps]
+    assert values[-1][1] < closed_form_objective(base_rates, beta)
+
+
+def test_ascent_stops_when_asked(setup, tiny_path):
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path, scale=0.0)
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    step, _ = ascend(policy, batch, 0.1, 1e-3, max_steps=50, every=5, on_point=lambda s, lp: s >= 10)
+    assert step == 10
+
+
+def test_closed_form_is_the_log_partition():
+    a, beta = 0.3, 0.5
+    assert closed_form_objective([a], beta) == pytest.approx(beta * math.log(1 - a + a * math.exp(1 / beta)))
+    # stable where e^{1/β} overflows a float: 1 + β·log(A + (1 − A)·e^{−1/β}) → 1 + β·log A
+    assert closed_form_objective([a], 1e-3) == pytest.approx(1.0 + 1e-3 * math.log(a), rel=1e-12)
