@@ -10,7 +10,7 @@ correct answers and correct-answer entropy of the samples; the p* columns are th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +115,13 @@ def exact_trajectory(
     every: int,
     temperature: float,
     sink: list[dict[str, Any]],
+    stop: Callable[[list[dict[str, Any]]], bool] | None = None,
 ) -> Any:
     """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
     answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
     last, and appends ``{"step": t, **trajectory_point}`` to ``sink``: the run's own path from the base to where it
-    ends, against which another run's end point is compared at the same validity."""
+    ends, against which another run's end point is compared at the same validity. ``stop(sink)`` True after a point
+    ends training there (a plateau criterion)."""
     import torch
     from transformers import TrainerCallback
 
@@ -136,6 +138,8 @@ def exact_trajectory(
             model.train(was_training)
             mean = summarise(prompts, valid, logps, base_logps, ks)["mean"]
             sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})
+            if stop is not None and stop(sink):
+                control.should_training_stop = True
 
     return ExactTrajectory()
 

@@ -312,7 +312,13 @@ def run_argv(bench: Benchmark, run: Run, output_dir: str | Path, rehearsal_path:
     }
     if method.rehearsal:
         settings["rehearsal_path"] = str(rehearsal_path)
-    argv = ["--config", method.recipe]
+    return recipe_argv(method.recipe, settings)
+
+
+def recipe_argv(recipe: str, settings: dict[str, Any]) -> list[str]:
+    """``rlvr-div train`` arguments: ``--config recipe`` then ``--key=value`` for each setting (later wins; mappings
+    and lists as JSON, booleans lower-case)."""
+    argv = ["--config", recipe]
     for key, value in settings.items():
         text = json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(
             value, bool) else str(value)  # fmt: skip

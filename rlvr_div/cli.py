@@ -24,6 +24,7 @@ _HELP = {
     "toy": "exact toy lab of the tilted model and its projections",
     "demo": "the whole story on the tiny model",
     "collapse": "the collapse benchmark: methods x seeds x tasks, exact distances to p*, the beta sweep",
+    "beta-study": "the beta question to convergence: arms x beta x seeds against the optimum p_beta",
     "build-tiny": "build (or locate) the built-in tiny base model",
     "merge": "merge a LoRA adapter into its base and save the full model",
 }

@@ -1,0 +1,47 @@
+"""``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta``: the β study (docs/collapse.md,
+"The β question to convergence"); resumable, ``--report-only`` rewrites the report from the finished runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from collapse_bench.beta_report import write_report
+from collapse_bench.beta_study import STATE, load_study, run_study
+from collapse_bench.cli import toy_reference
+from collapse_bench.runs import benchmark_lock
+from rlvr_div.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlvr-div beta-study", description=__doc__)
+    p.add_argument("--config", required=True, help="the study's YAML file (bench/beta.yaml)")
+    p.add_argument("--out", required=True, help="output directory (resumed when it holds finished runs)")
+    p.add_argument("--fresh", action="store_true", help="delete --out first and start over")
+    p.add_argument("--report-only", action="store_true", help="only rewrite the report from the finished runs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``rlvr-div beta-study``."""
+    args = build_parser().parse_args(argv)
+    study = load_study(args.config)
+    out = Path(args.out)
+    command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
+    if args.report_only and not (out / STATE).is_file():
+        raise ConfigError(f"{out} holds no β study to report on")
+    with benchmark_lock(out):
+        if not args.report_only:
+            run_study(study, out, fresh=args.fresh, progress=not args.quiet)
+        toy = toy_reference(out, sorted(study.betas, reverse=True))
+        path = write_report(study, out, command.strip(), toy)
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    from rlvr_div.cli import run_command
+
+    sys.exit(run_command(main, sys.argv[1:]))

@@ -1,0 +1,236 @@
+"""The β study's report: ``beta.md`` and ``beta.json`` (per arm and β: steps, plateau, validity, diversity and the
+distance to p* at the end, mean ± 95% t-interval over seeds, beside the optimum's closed form; the paired change of
+diversity from the largest to the smallest β), ``beta_vs_beta.png`` (end points against β, with the closed form and
+the exact toy lab's policy families) and ``beta_paths.png`` (validity and diversity against step)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from collapse_bench.beta_study import BASE, STATE, Study, closed_form_mu, read_result, study_runs
+from collapse_bench.report import _bars, _num, _pm, _table
+from collapse_bench.stats import mean_ci, paired_difference
+from eval.records import write_json
+
+METRICS = ("mu", "effective_answers", "kl_pstar", "cov_at_kmax")
+
+
+def aggregate(study: Study, out: Path) -> dict[str, Any]:
+    """Per arm and β: the seeds' end measurements (train and test), steps, plateau steps and mean paths."""
+    base = json.loads((out / BASE).read_text())
+    kmax = str(max(study.ks))
+    agg: dict[str, Any] = {"arms": {}, "base": {}, "missing": []}
+    for split in ("train", "test"):
+        m = base["splits"][split]["summary"]["mean"]
+        agg["base"][split] = {"mu": m["mu"], "effective_answers": m["effective_answers"], "kl_pstar": m["kl_pstar"],
+                              "cov_at_kmax": m["cov_at"][kmax]}  # fmt: skip
+    base_mu = base["splits"]["train"]["summary"]["per_prompt"]["mu"]
+    agg["base_mu_per_prompt"] = base_mu
+    cells: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
+    for run in study_runs(study):
+        result = read_result(out, study, run)
+        if result is None:
+            agg["missing"].append(run.key)
+            continue
+        cells.setdefault((run.arm, run.beta), []).append(result)
+    for (arm, beta), results in cells.items():
+        entry: dict[str, Any] = {
+            "beta": beta,
+            "seeds": [r["run"]["seed"] for r in results],
+            "steps": mean_ci([r["steps"] for r in results]),
+            "max_steps": results[0]["max_steps"],
+            "plateaued": sum(r["plateau_step"] is not None for r in results),
+            "closed_form_mu": None if beta is None else closed_form_mu(base_mu, beta),
+            "per_seed": {},
+        }
+        for split in ("train", "test"):
+            entry[split] = {}
+            for key in METRICS:
+                values = {r["run"]["seed"]: _metric(r["splits"][split]["mean"], key, kmax) for r in results}
+                entry[split][key] = mean_ci(list(values.values()))
+                entry["per_seed"].setdefault(split, {})[key] = values
+        entry["path"] = _mean_path([r["path"] for r in results])
+        agg["arms"].setdefault(arm, {"label": study.arm(arm).label, "kind": study.arm(arm).kind, "cells": []})
+        agg["arms"][arm]["cells"].append(entry)
+    for arm in agg["arms"].values():
+        arm["cells"].sort(key=lambda c: -1.0 if c["beta"] is None else -c["beta"])
+        arm["verdict"] = _verdict(arm)
+    return agg
+
+
+def _metric(mean: dict[str, Any], key: str, kmax: str) -> float:
+    return mean["cov_at"][kmax] if key == "cov_at_kmax" else mean[key]
+
+
+def _mean_path(paths: list[list[dict[str, Any]]]) -> list[dict[str, float]]:
+    """The seeds' paths averaged at the steps every seed reached (runs that stop at a plateau end at different
+    steps; past a seed's end its last point stands for it)."""
+    steps = sorted({p["step"] for path in paths for p in path})
+    out = []
+    for s in steps:
+        points = [max((p for p in path if p["step"] <= s), key=lambda p: p["step"]) for path in paths]
+        out.append({"step": s, **{k: sum(p[k] for p in points) / len(points) for k in ("mu", "effective_answers",
+                                                                                       "kl_pstar")}})  # fmt: skip
+    return out
+
+
+def _verdict(arm: dict[str, Any]) -> dict[str, Any] | None:
+    """The paired change of the effective number of valid answers (train) from the largest to the smallest β."""
+    cells = [c for c in arm["cells"] if c["beta"] not in (None, 0.0)]
+    if len(cells) < 2:
+        return None
+    hi, lo = cells[0], cells[-1]
+    eff = "effective_answers"
+    diff = paired_difference(lo["per_seed"]["train"][eff], hi["per_seed"]["train"][eff])
+    kl = paired_difference(lo["per_seed"]["train"]["kl_pstar"], hi["per_seed"]["train"]["kl_pstar"])
+    return {"from_beta": hi["beta"], "to_beta": lo["beta"], "effective_answers": diff, "kl_pstar": kl}
+
+
+def _verdict_line(name: str, arm: dict[str, Any]) -> str:
+    v = arm["verdict"]
+    if v is None:
+        return f"- `{name}`: fewer than two β values finished."
+    d, k = v["effective_answers"], v["kl_pstar"]
+    if len(d["seeds"]) < 2:
+        return (f"- `{name}`: from β = {v['from_beta']:g} to β = {v['to_beta']:g} the effective number of valid "
+                f"answers changes by {d['mean']:+.2f} (one run: deterministic, no interval); KL(p*‖π_v) by "
+                f"{k['mean']:+.2f} nats.")  # fmt: skip
+    word = ("shrinks" if d["hi"] < 0 else "grows") if d["separated"] else "does not change detectably"
+    return (f"- `{name}`: from β = {v['from_beta']:g} to β = {v['to_beta']:g} the effective number of valid answers "
+            f"{word} (paired difference {d['mean']:+.2f} ± {d['half']:.2f} over {len(d['seeds'])} seeds); KL(p*‖π_v) "
+            f"changes by {k['mean']:+.2f} ± {k['half']:.2f} nats.")  # fmt: skip
+
+
+def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | None) -> Path:
+    """``beta.json``, ``beta.md`` and the two figures in ``out``."""
+    agg = aggregate(study, out)
+    state = json.loads((out / STATE).read_text())
+    write_json(out / "beta.json", agg)
+    plots = write_plots(agg, study, out, toy)
+    kmax = max(study.ks)
+    b = agg["base"]["train"]
+    lines = [
+        "# The β study",
+        "",
+        f"Command: `{command}`. Code: {', '.join(state.get('commits', [])) or 'unknown'}. {study.workers} parallel "
+        f"runs × {study.threads} torch thread(s); wall time of the invocations: "
+        f"{sum(state.get('invocations', [])) / 60:.1f} min. Task `{study.task}` {study.task_options}, seeds "
+        f"{list(study.seeds)}; every run stops at the plateau (the means of μ and of the effective number of valid "
+        f"answers over the last {study.convergence.window:.0%} of its steps and the {study.convergence.window:.0%} "
+        f"before differ by less than {study.convergence.tolerance:.0%}, from step {study.convergence.min_steps}; "
+        f"path measured exactly every {study.path_every} steps) or at its step budget.",
+        "",
+        f"Base on the training prompts: μ {b['mu']:.3f}, effective answers {b['effective_answers']:.2f} (those of p*, "
+        f"the valid part of the optimum p_β at every β), cov@{kmax} {b['cov_at_kmax']:.3f}. Values are mean ± 95% "
+        "t-interval over seeds; a cell with one run (the sampling-free arm, deterministic) has no interval.",
+        "",
+    ]
+    if agg["missing"]:
+        lines += [f"Runs not finished ({len(agg['missing'])}): {', '.join(agg['missing'][:8])}"
+                  f"{' …' if len(agg['missing']) > 8 else ''}", ""]  # fmt: skip
+    header = ["arm", "β", "runs", "steps (budget)", "plateaued", "μ (train)", "closed-form μ(β)", "eff. answers",
+              "KL(p*‖π_v)", f"cov@{kmax}", "μ (test)", "eff. answers (test)"]  # fmt: skip
+    rows = []
+    for name, arm in agg["arms"].items():
+        for c in arm["cells"]:
+            t, s = c["train"], c["test"]
+            rows.append([
+                name, "—" if c["beta"] is None else f"{c['beta']:g}", str(len(c["seeds"])),
+                f"{_pm(c['steps'], 0)} ({c['max_steps']})", f"{c['plateaued']}/{len(c['seeds'])}", _pm(t["mu"]),
+                _num(c["closed_form_mu"]), _pm(t["effective_answers"], 2), _pm(t["kl_pstar"], 2),
+                _pm(t["cov_at_kmax"]), _pm(s["mu"]), _pm(s["effective_answers"], 2),
+            ])  # fmt: skip
+    lines += _table(header, rows) + [""]
+    lines += [f"![end points against β]({plots[0].name})", "", f"![paths]({plots[1].name})", "", "Per arm:", ""]
+    lines += [_verdict_line(name, arm) for name, arm in agg["arms"].items()] + [""]
+    path = out / "beta.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any] | None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base_eff = agg["base"]["train"]["effective_answers"]
+    betas = sorted(study.betas)
+    x_zero = betas[0] / 3  # β = 0 drawn left of the smallest β
+    fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
+    points = []
+    for i, (name, arm) in enumerate(agg["arms"].items()):
+        color = plt.cm.tab10(i)
+        cells = [c for c in arm["cells"] if c["beta"] is not None and c["train"]["mu"]["mean"] is not None]
+        if arm["kind"] == "point" or not cells:
+            points += [(name, c, plt.cm.Dark2(len(points))) for c in arm["cells"] if c["beta"] is None]
+            continue
+        xs = [c["beta"] if c["beta"] > 0 else x_zero for c in cells]
+        for ax, key, lo, hi in ((axes[0], "mu", 0, 1), (axes[1], "effective_answers", 1, math.inf),
+                                (axes[2], "kl_pstar", 0, math.inf)):  # fmt: skip
+            ax.errorbar(xs, [c["train"][key]["mean"] for c in cells], yerr=_bars([c["train"][key] for c in cells],
+                        lo, hi), fmt="o-", capsize=3, color=color, label=arm["label"])  # fmt: skip
+        axes[3].plot([c["train"]["mu"]["mean"] for c in cells],
+                     [c["train"]["effective_answers"]["mean"] / base_eff for c in cells], "o-", color=color,
+                     label=f"tiny Llama, {name}")  # fmt: skip
+    for name, c, color in points:
+        for ax, key in ((axes[0], "mu"), (axes[1], "effective_answers"), (axes[2], "kl_pstar")):
+            ax.axhline(c["train"][key]["mean"], color=color, ls=":", lw=1.2, label=f"{name} (no β)")
+        axes[3].plot(c["train"]["mu"]["mean"], c["train"]["effective_answers"]["mean"] / base_eff, "D", ms=7,
+                     color=color, label=f"tiny Llama, {name} (no β)")  # fmt: skip
+    grid = [x_zero * (betas[-1] * 3 / x_zero) ** (j / 60) for j in range(61)]
+    axes[0].plot(grid, [closed_form_mu(agg["base_mu_per_prompt"], b) for b in grid], "k--", lw=1,
+                 label="optimum p_β: μ(β) = mean σ(logit A + 1/β)")  # fmt: skip
+    axes[1].axhline(base_eff, color="k", ls="--", lw=1, label="optimum p_β (valid part p*, every β)")
+    axes[2].axhline(0.0, color="k", ls="--", lw=1, label="optimum p_β (KL = 0, every β)")
+    if toy:
+        h_star = toy["references"]["filtered p*"]["entropy_valid"]
+        for fam, style in {"tabular": "s:", "bigram": "^:", "factorised": "v:"}.items():
+            rows = [r for r in toy["rows"] if r["family"] == fam and r["objective"] == "reg:reverse_kl"]
+            axes[3].plot([r["mu"] for r in rows], [math.exp(r["entropy_valid"] - h_star) for r in rows], style,
+                         color="gray", ms=4, lw=1, label=f"toy lab, {fam} family (reverse-KL optimum)")  # fmt: skip
+    for ax, label in zip(axes[:3], ("validity μ (exact, training prompts)", "effective valid answers exp H(π_v)",
+                                    "KL(p*‖π_v) (nats)")):  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel(f"β (leftmost: β = 0, drawn at {x_zero:.3g})")
+        ax.set_ylabel(label)
+    axes[3].set_xlabel("validity μ")
+    axes[3].set_ylabel("effective answers / those of p*")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[0].set_title("end-point validity against β (mean ± 95% CI)", fontsize=9)
+    axes[1].set_title("end-point diversity against β", fontsize=9)
+    axes[2].set_title("distance to p* against β", fontsize=9)
+    axes[3].set_title("validity vs diversity, with the exact toy lab", fontsize=9)
+    fig.tight_layout()
+    first = out / "beta_vs_beta.png"
+    fig.savefig(first, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    arms = [(n, a) for n, a in agg["arms"].items() if a["kind"] != "point"]
+    fig, axes = plt.subplots(2, max(1, len(arms)), figsize=(5 * max(1, len(arms)), 7), squeeze=False)
+    for j, (_, arm) in enumerate(arms):
+        for c in arm["cells"]:
+            steps = [p["step"] for p in c["path"]]
+            colour = plt.cm.viridis(
+                0.0
+                if not c["beta"]
+                else 0.9 * (math.log(c["beta"] / betas[0]) / max(1e-9, math.log(betas[-1] / betas[0])))
+            )
+            axes[0][j].plot(steps, [p["mu"] for p in c["path"]], color=colour, label=f"β = {c['beta']:g}")
+            axes[1][j].plot(steps, [p["effective_answers"] for p in c["path"]], color=colour)
+        axes[0][j].set_title(arm["label"], fontsize=9)
+        axes[1][j].axhline(base_eff, color="k", ls="--", lw=1)
+        axes[1][j].set_xlabel("optimiser step")
+        axes[0][j].legend(fontsize=6)
+    axes[0][0].set_ylabel("validity μ (mean over seeds)")
+    axes[1][0].set_ylabel("effective valid answers (dashed: p*)")
+    fig.tight_layout()
+    second = out / "beta_paths.png"
+    fig.savefig(second, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return [first, second]

@@ -1,0 +1,452 @@
+"""The β study (issue 24): does the diversity of a neural policy shrink as the KL coefficient β falls, once each
+objective has converged, and is it the objective, the sampler or the parameterisation?
+
+``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta`` (resumable at the granularity of a run).
+
+A run is (arm, β, seed). An arm is
+- **sampled**: ``rlvr-div train`` from the arm's recipe with the study's shared settings and the arm's own, its
+  coefficient key set to β; the training prompts are measured exactly (teacher forcing every valid answer) every
+  ``path_every`` steps, and training stops at the plateau (:func:`plateau_step`) or at ``max_steps``;
+- **exact**: Adam ascent on the exact objective J = μ − β·KL(π̄‖ā) over the valid sets of the training prompts
+  (:mod:`rlvr_div.exact_objective`): no sampling, hence no random stream at all (its seeds would give identical runs,
+  so it runs once per β);
+- a **point**: a method with no β (stock GRPO, α-DPG), trained once per seed under the same plateau rule.
+
+Output directory::
+
+    study.json                      the checked configuration and the code commit of each invocation
+    base.json                       the base model measured exactly on the training and test prompts
+    runs/<arm>/<beta>/seed<s>/result.json   the path, the plateau step (or none), the end measurements
+    beta.md, beta.json, *.png       the report (:mod:`collapse_bench.beta_report`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from collapse_bench.measure import (
+    exact_trajectory,
+    logprobs_of,
+    split_rows,
+    summarise,
+    trajectory_point,
+    valid_sets,
+)
+from collapse_bench.runs import code_commit, training_summary
+from collapse_bench.spec import RESERVED, recipe_argv
+from eval.records import write_json
+from rlvr_div.errors import ConfigError
+from rlvr_div.recipe import read_yaml_mapping
+
+STATE = "study.json"
+BASE = "base.json"
+RESULT = "result.json"
+SPLITS = ("train", "test")
+KINDS = ("sampled", "exact", "point")
+TOP_KEYS = {"model", "task", "task_options", "seeds", "workers", "threads", "betas", "common", "ks", "path_every",
+            "convergence", "arms"}  # fmt: skip
+ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps"}
+CONVERGENCE_KEYS = {"window", "tolerance", "min_steps"}
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """A run has plateaued at step s (s ≥ ``min_steps``) when, for validity μ and the effective number of valid
+    answers alike, the mean over the path points in the last ``window``·s steps differs from the mean over the
+    ``window``·s steps before by less than ``tolerance`` (relative)."""
+
+    window: float = 0.2
+    tolerance: float = 0.01
+    min_steps: int = 200
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    label: str
+    kind: str  # sampled | exact | point
+    recipe: str | None = None  # sampled and point arms
+    key: str | None = None  # the recipe key that β sets (sampled arms)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    learning_rate: float | None = None  # exact arm: Adam's learning rate (default: the common one)
+    max_steps: int | None = None  # exact arm (default: the common one)
+
+
+@dataclass(frozen=True)
+class Study:
+    model: str
+    task: str
+    task_options: dict[str, Any]
+    seeds: tuple[int, ...]
+    workers: int
+    threads: int
+    betas: tuple[float, ...]
+    common: dict[str, Any]
+    ks: tuple[int, ...]
+    path_every: int
+    convergence: Convergence
+    arms: tuple[Arm, ...]
+    root: str
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    arm: str
+    beta: float | None  # None: a point (no β)
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/{'none' if self.beta is None else f'{self.beta:g}'}/seed{self.seed}"
+
+
+def _mapping(obj: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - keys)
+    if unknown:
+        raise ConfigError(f"{where} has an unknown key {unknown[0]!r}; known: {', '.join(sorted(keys))}")
+    return obj
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a β-study YAML file, one line per problem, before anything runs."""
+    path = Path(path)
+    raw = _mapping(read_yaml_mapping(path, "beta study config"), f"beta study config {str(path)!r}", TOP_KEYS)
+    root = path.resolve().parent
+    seeds = raw.get("seeds", [1, 2, 3])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(
+            seeds):  # fmt: skip
+        raise ConfigError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
+    betas = raw.get("betas")
+    if not isinstance(betas, list) or not betas or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in betas):  # fmt: skip
+        raise ConfigError(f"betas must be a non-empty list of positive numbers, got {betas!r}")
+    common = raw.get("common") or {}
+    if not isinstance(common, dict):
+        raise ConfigError(f"common must be a mapping, got {type(common).__name__}")
+    bad = sorted(set(common) & RESERVED)
+    if bad:
+        raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
+    _positive_int(common.get("max_steps"), "common.max_steps")
+    conv = _mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
+    convergence = Convergence(**conv)
+    if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0:
+        raise ConfigError(f"convergence needs 0 < window <= 0.5 and tolerance > 0, got {conv}")
+    arms = []
+    for i, a in enumerate(raw.get("arms") or []):
+        a = _mapping(a, f"arms[{i}]", ARM_KEYS)
+        name = a.get("name")
+        if not isinstance(name, str) or not name.replace("_", "").isalnum():
+            raise ConfigError(f"arms[{i}] needs a `name` of letters, digits or '_', got {name!r}")
+        kind = a.get("kind", "sampled")
+        if kind not in KINDS:
+            raise ConfigError(f"arm {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        recipe = None
+        if kind != "exact":
+            recipe = root / str(a.get("recipe", ""))
+            if not a.get("recipe") or not recipe.is_file():
+                raise ConfigError(f"arm {name!r}: recipe {a.get('recipe')!r} is not a file (relative to {root})")
+            recipe = str(recipe)
+        if kind == "sampled" and not isinstance(a.get("key"), str):
+            raise ConfigError(f"arm {name!r}: a sampled arm needs `key`, the recipe key that β sets")
+        overrides = a.get("overrides") or {}
+        if set(overrides) & RESERVED:
+            raise ConfigError(f"arm {name!r} overrides {sorted(set(overrides) & RESERVED)[0]!r}, set by the study")
+        arms.append(Arm(name, str(a.get("label", name)), kind, recipe, a.get("key"), dict(overrides),
+                        a.get("learning_rate"), a.get("max_steps")))  # fmt: skip
+    if not arms or len({a.name for a in arms}) != len(arms):
+        raise ConfigError("arms must be a non-empty list with distinct names")
+    ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
+    return Study(
+        model=str(raw.get("model", "tiny")),
+        task=str(raw.get("task", "pairsum")),
+        task_options=dict(raw.get("task_options") or {}),
+        seeds=tuple(seeds),
+        workers=_positive_int(raw.get("workers", 1), "workers"),
+        threads=_positive_int(raw.get("threads", 1), "threads"),
+        betas=tuple(float(b) for b in betas),
+        common=dict(common),
+        ks=ks,
+        path_every=_positive_int(raw.get("path_every", 25), "path_every"),
+        convergence=convergence,
+        arms=tuple(arms),
+        root=str(root),
+    )
+
+
+def study_runs(study: Study) -> list[StudyRun]:
+    """Every run: sampled arms at every β and seed, the exact arm at every β (once: it has no random stream),
+    points at every seed. Cheap runs first is not attempted: the order is the config's."""
+    runs: list[StudyRun] = []
+    for arm in study.arms:
+        if arm.kind == "sampled":
+            runs += [StudyRun(arm.name, b, s) for b in study.betas for s in study.seeds]
+        elif arm.kind == "exact":
+            runs += [StudyRun(arm.name, b, study.seeds[0]) for b in (*study.betas, 0.0)]
+        else:
+            runs += [StudyRun(arm.name, None, s) for s in study.seeds]
+    return runs
+
+
+def plateau_step(path: list[dict[str, Any]], rule: Convergence) -> int | None:
+    """The step of the last path point if the run has plateaued there (see :class:`Convergence`), else None."""
+    if not path:
+        return None
+    s = path[-1]["step"]
+    if s < rule.min_steps:
+        return None
+    width = rule.window * s
+    last = [p for p in path if s - width < p["step"] <= s]
+    before = [p for p in path if s - 2 * width < p["step"] <= s - width]
+    if len(last) < 2 or len(before) < 2:
+        return None
+    for key in ("mu", "effective_answers"):
+        now, then = mean(p[key] for p in last), mean(p[key] for p in before)
+        if abs(now - then) > rule.tolerance * abs(now):
+            return None
+    return s
+
+
+def run_identity(study: Study, run: StudyRun) -> str:
+    """A hash of everything a run's outcome depends on in the config (its arm, shared settings, the plateau rule, the
+    recipe's text); a finished run whose identity changed is trained again."""
+    arm = study.arm(run.arm)
+    recipe_text = Path(arm.recipe).read_text() if arm.recipe else ""
+    data = {
+        "run": asdict(run), "arm": {**asdict(arm), "recipe": recipe_text}, "model": study.model, "task": study.task,
+        "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
+        "convergence": asdict(study.convergence),
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_result(out: Path, study: Study, run: StudyRun) -> dict[str, Any] | None:
+    path = out / "runs" / run.key / RESULT
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    return result if result.get("identity") == run_identity(study, run) else None
+
+
+# --------------------------------------------------------------------------------------------- the base
+
+
+def measure_base(study: Study, out: Path) -> dict[str, Any]:
+    """The base model measured exactly on the training and test prompts (cached in ``base.json``)."""
+    from rlvr_div.fingerprint import model_fingerprint
+    from rlvr_div.models import resolve_model
+
+    path = out / BASE
+    fingerprint = model_fingerprint(study.model)
+    what = {"fingerprint": fingerprint, "task": study.task, "task_options": study.task_options}
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if {k: data.get(k) for k in what} != what:
+            raise ConfigError(f"{path} measured another base model, task or options; pass --fresh or another --out")
+        return data
+    temperature = float(study.common.get("temperature", 1.0))
+    data: dict[str, Any] = {**what, "splits": {}}
+    for split in SPLITS:
+        rows = split_rows(study.task, split, study.task_options)
+        prompts, valid = [r["prompt"] for r in rows], valid_sets(study.task, rows)
+        logps = logprobs_of(resolve_model(study.model), study.task, rows, temperature)
+        data["splits"][split] = {"prompts": prompts, "valid": valid, "logps": logps,
+                                 "summary": summarise(prompts, valid, logps, logps, study.ks)}  # fmt: skip
+    write_json(path, data)
+    return data
+
+
+# --------------------------------------------------------------------------------------------- one run
+
+
+def _stopper(study: Study):  # noqa: ANN202
+    return lambda path: plateau_step(path, study.convergence) is not None
+
+
+def _end_measurements(model: Any, tokenizer: Any, base: dict[str, Any], study: Study) -> dict[str, Any]:
+    from rlvr_div.exact import sequence_logprobs
+
+    temperature = float(study.common.get("temperature", 1.0))
+    out = {}
+    for split in SPLITS:
+        b = base["splits"][split]
+        logps = [lp.tolist() for lp in sequence_logprobs(model, tokenizer, b["prompts"], b["valid"], temperature)]
+        out[split] = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)
+    return out
+
+
+def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop."""
+    from rlvr_div.models import load_model, load_tokenizer
+    from rlvr_div.train import main as train
+
+    arm = study.arm(run.arm)
+    directory = out / "runs" / run.key
+    settings: dict[str, Any] = {"model_name_or_path": study.model, **study.common, **arm.overrides}
+    if run.beta is not None:
+        settings[arm.key] = run.beta
+    settings |= {
+        "task": study.task, "task_split": "train", "task_options": json.dumps(study.task_options), "seed": run.seed,
+        "output_dir": str(directory), "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none",
+        "disable_tqdm": True,
+    }  # fmt: skip
+    b = base["splits"]["train"]
+    temperature = float(study.common.get("temperature", 1.0))
+    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
+    callback = exact_trajectory(b["prompts"], b["valid"], b["logps"], study.ks, study.path_every, temperature, path,
+                                stop=_stopper(study))  # fmt: skip
+    code = train(recipe_argv(arm.recipe, settings), callbacks=[callback])
+    if code:
+        raise RuntimeError(f"training {run.key} exited with code {code}")
+    model = load_model(str(directory)).eval()
+    measured = _end_measurements(model, load_tokenizer(str(directory)), base, study)
+    return {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
+
+
+def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """Adam ascent on the exact objective from the base model (no sampling), with the same path and plateau rule."""
+    import torch
+
+    from rlvr_div.exact_objective import ascend, valid_set_batch
+    from rlvr_div.models import load_model, load_tokenizer, resolve_model
+
+    arm = study.arm(run.arm)
+    torch.manual_seed(run.seed)
+    model_path = resolve_model(study.model)
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    b = base["splits"]["train"]
+    batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
+    kmax = max(study.ks)
+    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], kmax)}]
+
+    def on_point(step: int, logp: Any) -> bool:
+        flat, logps = logp.tolist(), []
+        for ys in b["valid"]:
+            logps.append(flat[: len(ys)])
+            flat = flat[len(ys) :]
+        path.append({"step": step, **trajectory_point(summarise(b["prompts"], b["valid"], logps, b["logps"],
+                                                                study.ks)["mean"], kmax)})  # fmt: skip
+        return plateau_step(path, study.convergence) is not None
+
+    lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
+    steps = int(arm.max_steps or study.common["max_steps"])
+    last, _ = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
+                     temperature=float(study.common.get("temperature", 1.0)))  # fmt: skip
+    model.eval()
+    return {"path": path, "train": {"steps": last}, "splits": _end_measurements(model, tokenizer, base, study)}
+
+
+def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """One run from scratch, ``result.json`` written last (in a worker process; console output in its log)."""
+    out = Path(out_dir)
+    directory = out / "runs" / run.key
+    log = out / "logs" / f"{run.key}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            if directory.exists():
+                shutil.rmtree(directory)  # an unfinished run starts over
+            directory.mkdir(parents=True)
+            t0 = time.perf_counter()
+            kind = study.arm(run.arm).kind
+            body = (execute_exact if kind == "exact" else execute_sampled)(study, out, run, base)
+            steps = body["path"][-1]["step"]
+            result = {
+                "run": asdict(run), "identity": run_identity(study, run), "commit": code_commit(), **body,
+                "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
+                "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
+                "wall_seconds": time.perf_counter() - t0,
+            }  # fmt: skip
+            for leftover in directory.iterdir():  # the study keeps its measurements, not the trained weights
+                if leftover.name != RESULT:
+                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+            write_json(directory / RESULT, result)
+            return result
+        except Exception as e:
+            traceback.print_exc()
+            raise RuntimeError(f"{run.key}: {type(e).__name__}: {e} (log: {log})") from None
+
+
+# --------------------------------------------------------------------------------------------- all runs
+
+
+def _init_worker(threads: int) -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = True) -> int:
+    """Measure the base, then every run not finished yet (``workers`` at a time); returns how many runs were
+    trained. A failed run is reported in one line with its log and the others go on; the exit is then non-zero."""
+    from tqdm.auto import tqdm
+
+    if fresh and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / STATE
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {"config": asdict(study), "commits": []}
+    commit = code_commit()
+    if commit not in state["commits"]:
+        state["commits"].append(commit)
+    state["config"] = asdict(study)
+    write_json(state_path, state)
+    base = measure_base(study, out)
+    todo = [r for r in study_runs(study) if read_result(out, study, r) is None]
+    failures: list[str] = []
+    t0 = time.time()
+    with tqdm(total=len(todo), desc="beta study", disable=not progress) as bar, ProcessPoolExecutor(
+        max_workers=study.workers, mp_context=get_context("spawn"), initializer=_init_worker,
+        initargs=(study.threads,),
+    ) as pool:  # fmt: skip
+        pending = {pool.submit(execute, study, str(out), r, base): r for r in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                pending.pop(fut)
+                try:
+                    fut.result()
+                except Exception as e:  # noqa: BLE001 - one line per failed run, the others go on
+                    failures.append(str(e))
+                    print(f"failed: {e}", flush=True)
+                bar.update(1)
+    state = json.loads(state_path.read_text())
+    state.setdefault("invocations", []).append(time.time() - t0)
+    state["failures"] = failures
+    write_json(state_path, state)
+    if failures:
+        raise RuntimeError(f"{len(failures)} run(s) failed; first: {failures[0]}")
+    return len(todo)
+
+
+def closed_form_mu(base_mu: list[float], beta: float) -> float:
+    """mean_x σ(logit A_x + 1/β): the validity of the sequence-level optimum p_β on these prompts."""
+    from rlvr_div.calibration import validity_at
+
+    if beta == 0:
+        return 1.0
+    return float(mean(validity_at(beta, min(max(a, 1e-12), 1 - 1e-12)) for a in base_mu))
