@@ -1,0 +1,119 @@
+"""The β study (collapse_bench.beta_study): the plateau rule on hand-made paths, one-line config errors, and a
+tiny study of the sampling-free arm end to end (runs, resume, report)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collapse_bench.beta_study import Convergence, StudyRun, load_study, plateau_step, study_runs
+from rlvr_div.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _path(values, every=10):
+    return [{"step": i * every, "mu": mu, "effective_answers": eff} for i, (mu, eff) in enumerate(values)]
+
+
+def test_plateau_needs_both_windows_flat_and_the_minimum_steps():
+    rule = Convergence(window=0.2, tolerance=0.01, min_steps=50)
+    flat = _path([(0.5, 10.0)] * 11)  # steps 0..100: last window (80, 100], the one before (60, 80]
+    assert plateau_step(flat, rule) == 100
+    assert plateau_step(flat[:5], rule) is None  # step 40 < min_steps
+    # μ flat, diversity still falling 2% per point: not a plateau
+    falling = _path([(0.5, 10.0 * 0.98**i) for i in range(11)])
+    assert plateau_step(falling, rule) is None
+    # a change of 0.5% between the window means passes at tolerance 1%
+    small = _path([(0.5, 10.0)] * 7 + [(0.5, 10.05)] * 4)
+    assert plateau_step(small, rule) == 100
+
+
+def test_plateau_compares_window_means_not_single_points():
+    rule = Convergence(window=0.2, tolerance=0.01, min_steps=0)
+    noisy = _path([(0.5, 10.0 + (0.4 if i % 2 else -0.4)) for i in range(21)], every=5)  # ±4% noise, flat mean
+    assert plateau_step(noisy, rule) == 100
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "beta.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE_CONFIG = f"""
+model: tiny
+task: pairsum
+task_options: {{max_target: 9}}
+seeds: [1, 2]
+betas: [1.0, 0.1]
+path_every: 2
+convergence: {{window: 0.2, tolerance: 0.01, min_steps: 100}}
+common: {{max_steps: 4, learning_rate: 3.0e-4, temperature: 1.0}}
+arms:
+  - {{name: exact, kind: exact}}
+  - {{name: grpo, kind: point, recipe: {ROOT}/recipes/tiny/grpo.yaml}}
+  - {{name: rkl, recipe: {ROOT}/recipes/tiny/grpo_reverse_kl.yaml, key: divergence_coef}}
+"""
+
+
+def test_runs_of_each_kind(tmp_path):
+    study = load_study(_write(tmp_path, BASE_CONFIG))
+    runs = study_runs(study)
+    assert [r for r in runs if r.arm == "exact"] == [StudyRun("exact", b, 1) for b in (1.0, 0.1, 0.0)]
+    assert [r for r in runs if r.arm == "grpo"] == [StudyRun("grpo", None, s) for s in (1, 2)]
+    assert len([r for r in runs if r.arm == "rkl"]) == 4
+    assert StudyRun("grpo", None, 2).key == "grpo/none/seed2"
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("betas: [1.0, 0.1]", "betas: [1.0, 0]"), "betas must be a non-empty list of positive numbers"),
+        (("seeds: [1, 2]", "seeds: [1, 1]"), "seeds must be a non-empty list of distinct integers"),
+        (("path_every: 2", "path_every: 0"), "path_every must be an integer >= 1"),
+        (("max_steps: 4,", "seed: 3, max_steps: 4,"), "common sets 'seed'"),
+        (("kind: exact", "kind: sampling"), "kind must be one of sampled, exact, point"),
+        (("recipe: " + str(ROOT) + "/recipes/tiny/grpo.yaml", "recipe: nowhere.yaml"), "recipe 'nowhere.yaml' is not"),
+        ((", key: divergence_coef", ""), "a sampled arm needs `key`"),
+        (("path_every: 2", "path_every: 2\nwarmup: 3"), "unknown key 'warmup'"),
+    ],
+)
+def test_config_errors_are_one_line(tmp_path, edit, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        load_study(_write(tmp_path, BASE_CONFIG.replace(*edit)))
+    assert "\n" not in str(err.value)
+
+
+def test_the_sampling_free_arm_end_to_end_with_resume_and_report(tmp_path, tiny_path):
+    """Runs, resume and report (without the toy lab's curves, which ``rlvr-div beta-study`` adds: minutes)."""
+    from collapse_bench.beta_report import write_report
+    from collapse_bench.beta_study import run_study
+
+    config = BASE_CONFIG.split("  - {name: grpo")[0]  # the exact arm only: no sampling, seconds
+    path = _write(tmp_path, config)
+    out = tmp_path / "out"
+
+    def main(study_path):
+        study = load_study(study_path)
+        trained = run_study(study, out, progress=False)
+        write_report(study, out, "test", toy=None)
+        return trained
+
+    assert main(path) == 3
+    result = json.loads((out / "runs" / "exact" / "0.1" / "seed1" / "result.json").read_text())
+    assert [p["step"] for p in result["path"]] == [0, 2, 4]
+    assert result["steps"] == 4 and result["plateau_step"] is None  # min_steps 100: never a plateau
+    assert set(result["splits"]) == {"train", "test"}
+    assert result["path"][0]["mu"] == pytest.approx(json.loads((out / "base.json").read_text())["splits"]["train"][
+        "summary"]["mean"]["mu"])  # fmt: skip
+    assert not [p for p in (out / "runs" / "exact" / "0.1" / "seed1").iterdir() if p.name != "result.json"]
+    report = (out / "beta.md").read_text()
+    assert "| exact | 0.1 | 1 | 4 (4) | 0/1 |" in report
+    assert (out / "beta_vs_beta.png").is_file() and (out / "beta_paths.png").is_file()
+    mtime = (out / "runs" / "exact" / "1" / "seed1" / "result.json").stat().st_mtime
+    assert main(path) == 0  # resumed: nothing to train
+    assert (out / "runs" / "exact" / "1" / "seed1" / "result.json").stat().st_mtime == mtime
+    path.write_text(config.replace("max_steps: 4", "max_steps: 6"))  # a changed budget trains again
+    assert main(path) == 3
+    assert json.loads((out / "runs" / "exact" / "1" / "seed1" / "result.json").read_text())["steps"] == 6
