@@ -9,7 +9,8 @@ A run is (arm, β, seed). An arm is
   ``path_every`` steps, and training stops at the plateau (:func:`plateau_step`) or at ``max_steps``;
 - **exact**: Adam ascent on the exact objective J = μ − β·KL(π̄‖ā) over the valid sets of the training prompts
   (:mod:`rlvr_div.exact_objective`): no sampling, hence no random stream at all (its seeds would give identical runs,
-  so it runs once per β);
+  so it runs once per β, and β = 0 too); it is cheap, so it trains its whole budget (its own ``max_steps``) and its
+  plateau step is only recorded: a slow drift after a first plateau is what this arm is there to show;
 - a **point**: a method with no β (stock GRPO, α-DPG), trained once per seed under the same plateau rule.
 
 Output directory::
@@ -238,6 +239,8 @@ def run_identity(study: Study, run: StudyRun) -> str:
         "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
         "convergence": asdict(study.convergence),
     }  # fmt: skip
+    if arm.kind == "exact":
+        data["runs_to_budget"] = True  # the sampling-free arm never stops at a plateau
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -325,7 +328,7 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
 
 
 def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """Adam ascent on the exact objective from the base model (no sampling), with the same path and plateau rule."""
+    """Adam ascent on the exact objective from the base model (no sampling), with the same path; the whole budget."""
     import torch
 
     from rlvr_div.exact_objective import ascend, valid_set_batch
@@ -347,7 +350,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
             flat = flat[len(ys) :]
         path.append({"step": step, **trajectory_point(summarise(b["prompts"], b["valid"], logps, b["logps"],
                                                                 study.ks)["mean"], kmax)})  # fmt: skip
-        return plateau_step(path, study.convergence) is not None
+        return False  # the whole budget: cheap, and a slow drift after a plateau is what this arm is for
 
     lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
     steps = int(arm.max_steps or study.common["max_steps"])
