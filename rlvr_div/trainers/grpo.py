@@ -72,6 +72,7 @@ from rlvr_div.trainers.reward_shaping import (
     mara_rewards,
     unlikeliness_rewards,
 )
+from rlvr_div.trainers.sequence_kl import check_sequence_kl, penalised_rewards
 
 GRADIENT_FORMS = ("ratio", "plain")
 BETA_SCHEDULES = ("constant", "validity_target")
@@ -180,13 +181,21 @@ class DivergenceGRPOConfig(
     validity_reward_index: int = field(
         default=0, metadata={"help": "Which reward function decides validity (score == 1) for diversity metrics."}
     )
+    sequence_kl_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "β of the sequence-level reverse KL in the reward, r' = r − β·Σ_t log(π_old/π_ref) (no KL in the "
+            "loss; with scale_rewards none the optimum is p_β). 0: off."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._resolve_coefficient()
         self._resolve_gradient()
         self.check_divergence()
-        # TRL computes reference log-probs (and loads a reference model) exactly when its beta is non-zero
-        self.beta = self.divergence_coef if self.divergence_active else 0.0
+        # TRL computes reference log-probs (and loads a reference model) exactly when its beta is non-zero; the
+        # sequence KL in the reward needs them too (its trainer keeps TRL's own KL out of the loss)
+        self.beta = self.divergence_coef if self.divergence_active else float(self.sequence_kl_coef)
         super().__post_init__()
 
     @property
@@ -257,6 +266,9 @@ class DivergenceGRPOConfig(
             unlikeliness_rank=self.unlikeliness_rank,
             pkpo_k=self.pkpo_k,
             num_generations=self.num_generations,
+        )
+        check_sequence_kl(
+            self.sequence_kl_coef, self.divergence_active, self.reward_shaping, self.multi_objective_aggregation
         )
         if self.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {self.beta_schedule!r}")
@@ -415,8 +427,12 @@ class DivergenceGRPOTrainer(GRPOTrainer):
     def _online_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's policy loss plus the divergence term on the policy's samples."""
         name = self.args.divergence
-        if not self.args.divergence_active:  # divergence 'none' or coefficient 0: no term, no reference log-probs
-            return super()._compute_loss(model, inputs)
+        if not self.args.divergence_active:  # no term (the sequence KL, if any, is in the advantages already)
+            coef, self.beta = self.beta, 0.0  # TRL's own KL off
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self.beta = coef
         coef, self.beta = self.beta, 0.0  # TRL's own KL off
         self._capture_logps = True
         try:
@@ -531,7 +547,26 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         out = super()._generate_and_score_completions(inputs)
         if self.args.reward_shaping != "none" and self.model.training:
             out["advantages"] = self._shaped_advantages(out)
+        elif self.args.sequence_kl_coef > 0 and self.model.training:
+            out["advantages"] = self._sequence_kl_advantages(out)
         return out
+
+    def _sequence_kl_advantages(self, out: dict[str, Any]) -> torch.Tensor:
+        """Group advantages of r' = R − β·Σ_t log(π_old/π_ref) (:mod:`rlvr_div.trainers.sequence_kl`)."""
+        mask = out["completion_mask"]
+        old = out.get("old_per_token_logps")
+        if old is None:  # on-policy: the sampling policy is the current one
+            old = self._policy_logps_no_grad(out)
+        log_ratio = self._seq_logps(old - out["ref_per_token_logps"], mask)
+        self._metrics["train"]["sequence_kl/k1"].append(log_ratio.mean().item())
+        rewards, weights = penalised_rewards(
+            self._gathered_rewards, self.reward_weights.to(log_ratio.device), log_ratio, self.args.sequence_kl_coef
+        )
+        adv = group_advantages(
+            rewards.to(mask.device), weights.to(mask.device), self.num_generations, self.multi_objective_aggregation,
+            self.scale_rewards,
+        )  # fmt: skip
+        return self._replace_logged_advantages(adv, out)
 
     def _seq_logps(self, per_token: torch.Tensor, mask: torch.Tensor, mean: bool = False) -> torch.Tensor:
         """Sequence log-probs of the local batch (sum, or mean per token), gathered over processes."""
@@ -575,11 +610,15 @@ class DivergenceGRPOTrainer(GRPOTrainer):
                 self.multi_objective_aggregation,
                 self.scale_rewards,
             )
+        return self._replace_logged_advantages(adv, out)
+
+    def _replace_logged_advantages(self, adv: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
+        """This process's slice of the gathered advantages ``adv``, which also replace the ones TRL logged last."""
         logged = self._logs["advantages"]  # TRL logged the unshaped advantages of this batch last: replace them
         for _ in range(min(adv.numel(), len(logged))):
             logged.pop()
         logged.extend(adv.tolist())
-        local = mask.size(0)
+        local = out["completion_mask"].size(0)
         start = self.accelerator.process_index * local
         return adv[start : start + local].to(out["advantages"].dtype)
 

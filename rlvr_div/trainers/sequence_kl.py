@@ -1,0 +1,52 @@
+"""The sequence-level reverse KL in the reward (the KL penalty of classic RLHF/PPO), for GRPO.
+
+Each completion y_i of a group gets the penalised reward
+
+    r'_i = R_i − β·Σ_t (log π_old(y_t | x, y_<t) − log π_ref(y_t | x, y_<t)),
+
+R_i the weighted sum of its rewards and the sum over its completion tokens the k1 estimate of KL(π‖π_ref) on that
+sequence (detached: log-probs of the sampling policy π_old and of the reference). Advantages are TRL's group-relative
+ones on r' (``scale_rewards`` as configured); no KL term enters the loss. Because E_π[∇ log π] = 0,
+
+    E_{y∼π}[(v(y) − β·log(π(y)/π_ref(y)))·∇ log π(y)] = ∇ (E_π[v] − β·KL(π‖π_ref)),
+
+so this is REINFORCE on the sequence-level KL-regularised objective; with ``scale_rewards: none`` (no division by
+the group's standard deviation, which would rescale β per group) its optimum is the tilted model
+p_β ∝ π_ref·e^{v/β}: validity σ(logit A + 1/β) and valid part p* = π_ref(·|valid) at every β. The group mean is a
+baseline of the same expectation up to the factor (G − 1)/G, so the fixed point is unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr_div.errors import ConfigError
+
+
+def check_sequence_kl(coef: float, divergence_active: bool, reward_shaping: str, aggregation: str) -> None:
+    """One-line errors: a negative coefficient, or a combination whose meaning would be ambiguous."""
+    if coef < 0:
+        raise ConfigError(f"sequence_kl_coef must be >= 0, got {coef}")
+    if coef == 0:
+        return
+    if divergence_active:
+        raise ConfigError(
+            "sequence_kl_coef puts the KL in the reward; a divergence term in the loss as well is ambiguous: set "
+            "divergence: none (or sequence_kl_coef: 0)"
+        )
+    if reward_shaping != "none":
+        raise ConfigError(f"sequence_kl_coef cannot be combined with reward_shaping {reward_shaping!r}; use one")
+    if aggregation != "sum_then_normalize":
+        raise ConfigError(
+            f"sequence_kl_coef needs multi_objective_aggregation 'sum_then_normalize' (the penalty is added to the "
+            f"summed reward), got {aggregation!r}"
+        )
+
+
+def penalised_rewards(
+    rewards_per_func: torch.Tensor, weights: torch.Tensor, seq_log_ratio: torch.Tensor, coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rewards with one more column −β·Σ_t log(π_old/π_ref), weights with a 1 for it): TRL's weighted sum of the
+    columns is then r' = R − β·k1(sequence)."""
+    column = (-coef * seq_log_ratio).to(rewards_per_func.dtype).unsqueeze(1)
+    return torch.cat([rewards_per_func, column], dim=1), torch.cat([weights, weights.new_ones(1)])
