@@ -239,8 +239,9 @@ def run_identity(study: Study, run: StudyRun) -> str:
         "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
         "convergence": asdict(study.convergence),
     }  # fmt: skip
-    if arm.kind == "exact":
-        data["runs_to_budget"] = True  # the sampling-free arm never stops at a plateau
+    if arm.kind == "exact":  # it reads only these of the shared settings, and never stops at a plateau
+        data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps")}
+        data["runs_to_budget"] = True
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
