@@ -117,3 +117,21 @@ def test_the_sampling_free_arm_end_to_end_with_resume_and_report(tmp_path, tiny_
     path.write_text(config.replace("max_steps: 4", "max_steps: 6"))  # a changed budget trains again
     assert main(path) == 3
     assert json.loads((out / "runs" / "exact" / "1" / "seed1" / "result.json").read_text())["steps"] == 6
+
+
+@pytest.mark.slow
+def test_a_sampled_run_stops_at_its_plateau(tmp_path, tiny_path):
+    """Through ``rlvr-div train``: the exact path is measured every 2 steps and training stops at the first point the
+    plateau rule accepts (a loose tolerance: step 16 is the first with two points in each 20% window, (12.8, 16] and
+    (9.6, 12.8])."""
+    from collapse_bench.beta_study import execute, measure_base
+
+    config = BASE_CONFIG.replace("min_steps: 100", "min_steps: 4").replace("tolerance: 0.01", "tolerance: 10.0")
+    config = config.replace("max_steps: 4,", "max_steps: 30, num_generations: 4, per_device_train_batch_size: 8,")
+    study = load_study(_write(tmp_path, config))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = execute(study, str(out), StudyRun("grpo", None, 1), measure_base(study, out))
+    assert result["plateau_step"] == 16 and result["steps"] == 16
+    assert [p["step"] for p in result["path"]] == list(range(0, 17, 2))
+    assert result["train"]["steps"] == 16  # TRL stopped there (metrics.jsonl), not at max_steps
