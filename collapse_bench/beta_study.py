@@ -9,8 +9,10 @@ A run is (arm, β, seed). An arm is
   ``path_every`` steps, and training stops at the plateau (:func:`plateau_step`) or at ``max_steps``;
 - **exact**: Adam ascent on the exact objective J = μ − β·KL(π̄‖ā) over the valid sets of the training prompts
   (:mod:`rlvr_div.exact_objective`): no sampling, hence no random stream at all (its seeds would give identical runs,
-  so it runs once per β, and β = 0 too); it is cheap, so it trains its whole budget (its own ``max_steps``) and its
-  plateau step is only recorded: a slow drift after a first plateau is what this arm is there to show;
+  so it runs once per β), with the sampled arms' optimiser (AdamW, no weight decay, gradient norm clipped at
+  ``max_grad_norm``, 1 as in the Hugging Face Trainer); it trains its whole budget (its own ``max_steps``) and its
+  plateau step is only recorded: a slow drift or a late instability after a first plateau is what it is there to
+  show; its path also records the objective J and the gradient norm;
 - a **point**: a method with no β (stock GRPO, α-DPG), trained once per seed under the same plateau rule.
 
 Output directory::
@@ -57,7 +59,7 @@ SPLITS = ("train", "test")
 KINDS = ("sampled", "exact", "point")
 TOP_KEYS = {"model", "task", "task_options", "seeds", "workers", "threads", "betas", "common", "ks", "path_every",
             "convergence", "arms"}  # fmt: skip
-ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps"}
+ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas"}
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps"}
 
 
@@ -82,6 +84,7 @@ class Arm:
     overrides: dict[str, Any] = field(default_factory=dict)
     learning_rate: float | None = None  # exact arm: Adam's learning rate (default: the common one)
     max_steps: int | None = None  # exact arm (default: the common one)
+    betas: tuple[float, ...] | None = None  # this arm's β values (default: the study's)
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,13 @@ def load_study(path: str | Path) -> Study:
         overrides = a.get("overrides") or {}
         if set(overrides) & RESERVED:
             raise ConfigError(f"arm {name!r} overrides {sorted(set(overrides) & RESERVED)[0]!r}, set by the study")
+        own = a.get("betas")
+        if own is not None and (not isinstance(own, list) or not own or not all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in own)):  # fmt: skip
+            raise ConfigError(f"arm {name!r}: betas must be a non-empty list of positive numbers, got {own!r}")
         arms.append(Arm(name, str(a.get("label", name)), kind, recipe, a.get("key"), dict(overrides),
-                        a.get("learning_rate"), a.get("max_steps")))  # fmt: skip
+                        a.get("learning_rate"), a.get("max_steps"),
+                        None if own is None else tuple(float(b) for b in own)))  # fmt: skip
     if not arms or len({a.name for a in arms}) != len(arms):
         raise ConfigError("arms must be a non-empty list with distinct names")
     ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
@@ -197,14 +205,15 @@ def load_study(path: str | Path) -> Study:
 
 
 def study_runs(study: Study) -> list[StudyRun]:
-    """Every run: sampled arms at every β and seed, the exact arm at every β (once: it has no random stream),
-    points at every seed. Cheap runs first is not attempted: the order is the config's."""
+    """Every run, in the config's order: sampled arms at every β (the arm's own list, or the study's) and seed, the
+    exact arm at every β once (it has no random stream), points at every seed."""
     runs: list[StudyRun] = []
     for arm in study.arms:
+        betas = arm.betas or study.betas
         if arm.kind == "sampled":
-            runs += [StudyRun(arm.name, b, s) for b in study.betas for s in study.seeds]
+            runs += [StudyRun(arm.name, b, s) for b in betas for s in study.seeds]
         elif arm.kind == "exact":
-            runs += [StudyRun(arm.name, b, study.seeds[0]) for b in (*study.betas, 0.0)]
+            runs += [StudyRun(arm.name, b, study.seeds[0]) for b in betas]
         else:
             runs += [StudyRun(arm.name, None, s) for s in study.seeds]
     return runs
@@ -240,7 +249,8 @@ def run_identity(study: Study, run: StudyRun) -> str:
         "convergence": asdict(study.convergence),
     }  # fmt: skip
     if arm.kind == "exact":  # it reads only these of the shared settings, and never stops at a plateau
-        data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps")}
+        data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
+                                                            "max_grad_norm")}  # fmt: skip
         data["runs_to_budget"] = True
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -332,7 +342,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     """Adam ascent on the exact objective from the base model (no sampling), with the same path; the whole budget."""
     import torch
 
-    from rlvr_div.exact_objective import ascend, valid_set_batch
+    from rlvr_div.exact_objective import ascend, exact_objective, valid_set_batch
     from rlvr_div.models import load_model, load_tokenizer, resolve_model
 
     arm = study.arm(run.arm)
@@ -344,19 +354,21 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     kmax = max(study.ks)
     path = [{"step": 0, **trajectory_point(b["summary"]["mean"], kmax)}]
 
-    def on_point(step: int, logp: Any) -> bool:
+    def on_point(step: int, logp: Any, grad_norm: float) -> bool:
         flat, logps = logp.tolist(), []
         for ys in b["valid"]:
             logps.append(flat[: len(ys)])
             flat = flat[len(ys) :]
-        path.append({"step": step, **trajectory_point(summarise(b["prompts"], b["valid"], logps, b["logps"],
-                                                                study.ks)["mean"], kmax)})  # fmt: skip
+        mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
+        objective = float(exact_objective(logp, batch, float(run.beta)))
+        path.append({"step": step, **trajectory_point(mean, kmax), "objective": objective, "grad_norm": grad_norm})
         return False  # the whole budget: cheap, and a slow drift after a plateau is what this arm is for
 
     lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
     steps = int(arm.max_steps or study.common["max_steps"])
     last, _ = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
-                     temperature=float(study.common.get("temperature", 1.0)))  # fmt: skip
+                     temperature=float(study.common.get("temperature", 1.0)),
+                     max_grad_norm=float(study.common.get("max_grad_norm", 1.0)))  # fmt: skip
     model.eval()
     return {"path": path, "train": {"steps": last}, "splits": _end_measurements(model, tokenizer, base, study)}
 

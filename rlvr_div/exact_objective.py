@@ -124,19 +124,21 @@ def ascend(
     learning_rate: float,
     max_steps: int,
     every: int,
-    on_point: Callable[[int, torch.Tensor], bool],
+    on_point: Callable[[int, torch.Tensor, float], bool],
     temperature: float = 1.0,
+    max_grad_norm: float | None = 1.0,
     start_step: int = 0,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> tuple[int, torch.optim.Optimizer]:
-    """Adam ascent on :func:`exact_objective` (full batch, constant learning rate) from ``start_step`` to
-    ``max_steps``. After every ``every``-th step (and the last) ``on_point(step, logp)`` gets the rows' current
-    log π (no grad); it returns True to stop (e.g. a plateau). Returns the last step and the optimizer (for a
-    checkpoint)."""
+    """AdamW ascent on :func:`exact_objective` (full batch, constant learning rate, no weight decay, the gradient
+    clipped to ``max_grad_norm`` as the Hugging Face Trainer does; None: no clipping) from ``start_step`` to
+    ``max_steps``. After every ``every``-th step (and the last) ``on_point(step, logp, grad_norm)`` gets the rows'
+    current log π (no grad) and that step's gradient norm before clipping; it returns True to stop (e.g. a plateau).
+    Returns the last step and the optimizer (for a checkpoint)."""
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optimizer or torch.optim.Adam(params, lr=learning_rate)
+    optimizer = optimizer or torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     model.train()
     step = start_step
     while step < max_steps:
@@ -144,12 +146,13 @@ def ascend(
         logp = valid_set_logprobs(model, batch, temperature)
         loss = -exact_objective(logp, batch, beta)
         loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else float("inf"))
         optimizer.step()
         step += 1
         if step % every == 0 or step == max_steps:
             with torch.no_grad():
                 current = valid_set_logprobs(model, batch, temperature)
-            if on_point(step, current) and step < max_steps:
+            if on_point(step, current, float(norm)) and step < max_steps:
                 break
     return step, optimizer
 

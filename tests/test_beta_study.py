@@ -60,10 +60,14 @@ arms:
 def test_runs_of_each_kind(tmp_path):
     study = load_study(_write(tmp_path, BASE_CONFIG))
     runs = study_runs(study)
-    assert [r for r in runs if r.arm == "exact"] == [StudyRun("exact", b, 1) for b in (1.0, 0.1, 0.0)]
+    assert [r for r in runs if r.arm == "exact"] == [StudyRun("exact", b, 1) for b in (1.0, 0.1)]
     assert [r for r in runs if r.arm == "grpo"] == [StudyRun("grpo", None, s) for s in (1, 2)]
     assert len([r for r in runs if r.arm == "rkl"]) == 4
     assert StudyRun("grpo", None, 2).key == "grpo/none/seed2"
+    own = load_study(
+        _write(tmp_path, BASE_CONFIG.replace("key: divergence_coef", "key: divergence_coef, betas: [0.5]"))
+    )
+    assert [(r.beta, r.seed) for r in study_runs(own) if r.arm == "rkl"] == [(0.5, 1), (0.5, 2)]
 
 
 @pytest.mark.parametrize(
@@ -76,6 +80,7 @@ def test_runs_of_each_kind(tmp_path):
         (("kind: exact", "kind: sampling"), "kind must be one of sampled, exact, point"),
         (("recipe: " + str(ROOT) + "/recipes/tiny/grpo.yaml", "recipe: nowhere.yaml"), "recipe 'nowhere.yaml' is not"),
         ((", key: divergence_coef", ""), "a sampled arm needs `key`"),
+        (("key: divergence_coef", "key: divergence_coef, betas: []"), "arm 'rkl': betas must be a non-empty list"),
         (("path_every: 2", "path_every: 2\nwarmup: 3"), "unknown key 'warmup'"),
     ],
 )
@@ -100,7 +105,7 @@ def test_the_sampling_free_arm_end_to_end_with_resume_and_report(tmp_path, tiny_
         write_report(study, out, "test", toy=None)
         return trained
 
-    assert main(path) == 3
+    assert main(path) == 2
     result = json.loads((out / "runs" / "exact" / "0.1" / "seed1" / "result.json").read_text())
     assert [p["step"] for p in result["path"]] == [0, 2, 4]
     assert result["steps"] == 4 and result["plateau_step"] is None  # min_steps 100: never a plateau
@@ -115,7 +120,7 @@ def test_the_sampling_free_arm_end_to_end_with_resume_and_report(tmp_path, tiny_
     assert main(path) == 0  # resumed: nothing to train
     assert (out / "runs" / "exact" / "1" / "seed1" / "result.json").stat().st_mtime == mtime
     path.write_text(config.replace("max_steps: 4", "max_steps: 6"))  # a changed budget trains again
-    assert main(path) == 3
+    assert main(path) == 2
     assert json.loads((out / "runs" / "exact" / "1" / "seed1" / "result.json").read_text())["steps"] == 6
 
 

@@ -117,7 +117,8 @@ def test_ascent_climbs_and_stays_below_the_closed_form_maximum(setup, tiny_path)
     beta = 0.3
     values: list[tuple[int, float]] = []
 
-    def on_point(step, logp):
+    def on_point(step, logp, grad_norm):
+        assert grad_norm > 0
         values.append((step, float(exact_objective(logp, batch, beta))))
         return False
 
@@ -134,7 +135,7 @@ def test_ascent_stops_when_asked(setup, tiny_path):
     tok, valid, base_logps = setup
     policy = _policy(tiny_path, scale=0.0)
     batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
-    step, _ = ascend(policy, batch, 0.1, 1e-3, max_steps=50, every=5, on_point=lambda s, lp: s >= 10)
+    step, _ = ascend(policy, batch, 0.1, 1e-3, max_steps=50, every=5, on_point=lambda s, lp, g: s >= 10)
     assert step == 10
 
 
