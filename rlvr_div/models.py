@@ -23,17 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
 
 TINY_NAME = "tiny"
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
 # Every character a built-in task can produce; anything else maps to <unk>.
 TINY_ALPHABET = "0123456789+-*/=:;,.()<>? abcdefghijklmnopqrstuvwxyz"
-
-
-def cache_dir() -> Path:
-    """Where built artefacts live: ``$RLVR_DIV_CACHE`` or ``~/.cache/rlvr_div``."""
-    return Path(os.environ.get("RLVR_DIV_CACHE", Path.home() / ".cache" / "rlvr_div")).expanduser()
 
 
 # --------------------------------------------------------------------------------------------- tokenizer

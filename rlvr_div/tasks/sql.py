@@ -294,7 +294,7 @@ def build_synthetic_db(path: str | os.PathLike, seed: int = 0) -> Path:
 
 def synthetic_db_path(seed: int = 0, db_dir: str | os.PathLike | None = None) -> Path:
     """The synthetic database of ``seed`` under ``db_dir`` (default: the rlvr_div cache), built if absent."""
-    from rlvr_div.models import cache_dir
+    from rlvr_div.cache import cache_dir
 
     directory = Path(db_dir) if db_dir is not None else cache_dir() / "synth_sql"
     path = directory / f"synth_sql_v{SYNTH_VERSION}_seed{seed}.sqlite"
