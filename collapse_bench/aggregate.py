@@ -100,6 +100,20 @@ def chosen_value(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     return select(bench, out, task, method)[0]
 
 
+def inert_values(bench: Benchmark, out: Path, task: str, method: str) -> list[list[Any]]:
+    """Groups (of two or more) of a method's grid values whose tuning runs trained bit-identical models (the same
+    weights fingerprint): values that change nothing, so the grid is smaller than it looks."""
+    m = bench.method(method)
+    if m.tune_key is None:
+        return []
+    by_fingerprint: dict[str, list[Any]] = {}
+    for value in m.tune[m.tune_key]:
+        result = read_result(out, Run(task, method, value, bench.tune_seed), bench)
+        if result is not None and result.get("fingerprint"):
+            by_fingerprint.setdefault(result["fingerprint"], []).append(value)
+    return [values for values in by_fingerprint.values() if len(values) > 1]
+
+
 def seed_results(bench: Benchmark, out: Path, task: str, method: str, value: Any) -> dict[int, dict[str, Any]]:
     results = {}
     for seed in bench.seeds:
@@ -143,6 +157,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             entry["methods"][m.name] = {
                 "label": m.label,
                 "tune_key": m.tune_key,
+                "inert_values": inert_values(bench, out, task.name, m.name),
                 "value": value,
                 "seeds": sorted(results),
                 "splits": per_split,

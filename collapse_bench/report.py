@@ -322,6 +322,19 @@ def _sweep_plot(
     return path
 
 
+def inert_lines(entry: dict[str, Any]) -> list[str]:
+    """One line per method whose tuning grid holds values that trained bit-identical models (none: no lines)."""
+    lines = []
+    for name, data in entry["methods"].items():
+        for group in data.get("inert_values") or []:
+            values = " = ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in group)
+            lines.append(
+                f"- **Inert grid values**: `{name}` trained bit-identical models (the same weights at the "
+                f"tuning seed) at {data['tune_key']} {values}: its grid has fewer settings than values."
+            )
+    return ["", *lines] if lines else []
+
+
 def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[str, Any] | None,
                  base_mu: list[float] | None, failures: list[str]) -> Path:  # fmt: skip
     kmax = agg["ks"][-1]
@@ -330,6 +343,7 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
     lines = header + [""]
     for name, entry in agg["tasks"].items():
         lines += [f"## Task `{name}`", "", "### Training", ""] + training_table(entry)
+        lines += inert_lines(entry)
         splits = ["train", split] if multi_answer(entry, split) else [split]
         for sp in splits:
             what = "the training prompts (the objective's own distribution)" if sp == "train" else f"the {sp} split"

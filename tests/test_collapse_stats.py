@@ -1,6 +1,8 @@
 """Seed statistics of the collapse benchmark against hand-computed values."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +81,33 @@ def test_matched_validity_pairs_each_seed_with_its_own_baseline_path():
     assert d["half"] == pytest.approx(12.706204736174707 * abs(0.5 - 1.4) / math.sqrt(2) / math.sqrt(2))
     cov = out["cov_at_kmax"]  # seed 1: 0.8 - (0.9 + 0.5 * (0.4 - 0.9)) = 0.15; seed 2: 0.7 - 0.5 = 0.2
     assert cov["mean"] == pytest.approx(0.175)
+
+
+def test_inert_grid_values_are_the_ones_with_identical_trained_weights(tmp_path):
+    """Tuning runs whose models hash the same are grouped (values that change nothing), and the report says so."""
+    from collapse_bench.aggregate import inert_values
+    from collapse_bench.report import inert_lines
+    from collapse_bench.runs import RESULT, run_dir
+    from collapse_bench.spec import Run, load_benchmark, run_identity
+
+    smoke = Path(__file__).resolve().parent / "fixtures" / "collapse_smoke.yaml"
+    config = tmp_path / "bench.yaml"
+    text = smoke.read_text().replace(
+        "tune: {divergence_coef: [0.1, 0.01]}", "tune: {divergence_coef: [0.3, 0.1, 0.01]}"
+    )
+    config.write_text(text.replace("../../recipes", str(smoke.parents[2] / "recipes")))
+    bench = load_benchmark(config)
+    fingerprints = {0.3: "sha256:aaa", 0.1: "sha256:bbb", 0.01: "sha256:aaa"}
+    for value, fingerprint in fingerprints.items():
+        run = Run("pairsum", "grpo_reverse_kl", value, bench.tune_seed)
+        directory = run_dir(tmp_path / "out", run)
+        directory.mkdir(parents=True)
+        result = {"identity": run_identity(bench, run), "fingerprint": fingerprint}
+        (directory / RESULT).write_text(json.dumps(result))
+    assert inert_values(bench, tmp_path / "out", "pairsum", "grpo_reverse_kl") == [[0.3, 0.01]]
+    assert inert_values(bench, tmp_path / "out", "pairsum", "grpo") == []  # no grid
+    entry = {"methods": {"grpo_reverse_kl": {"tune_key": "divergence_coef", "inert_values": [[0.3, 0.01]]},
+                         "grpo": {"tune_key": None, "inert_values": []}}}  # fmt: skip
+    lines = inert_lines(entry)
+    assert len(lines) == 2 and "`grpo_reverse_kl`" in lines[1] and "divergence_coef 0.3 = 0.01" in lines[1]
+    assert inert_lines({"methods": {"grpo": {"inert_values": []}}}) == []

@@ -213,6 +213,8 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe):
         (["--reward_shaping", "mara", "--divergence_coef", "0"], "inert at β = 0"),
         (["--reward_shaping", "mara", "--mara_tau", "inf"], "mara_tau must be a finite number"),
         (["--reward_shaping", "mara", "--mara_tau", "nan"], "mara_tau must be a finite number"),
+        (["--reward_shaping", "mara", "--mara_tau", "2.0"], "mara_tau=2.0 re-anchors no completion"),
+        (["--reward_shaping", "mara", "--mara_tau", "0"], "mara_tau=0.0 re-anchors every completion"),
         (["--reward_shaping", "mara", "--divergence", "forward_kl"], "needs divergence: reverse_kl"),
     ],
 )

@@ -291,6 +291,12 @@ def check_reward_shaping(name: str, beta: float, **params: float | int | str | N
         tau = params.get("mara_tau", 1.0)
         if tau is None or not math.isfinite(float(tau)):
             raise ConfigError(f"mara_tau must be a finite number, got {tau!r}")
+        if not 0.0 < float(tau) <= 1.0:  # rewards lie in [0, 1] (rlvr_div.rewards.base)
+            raise ConfigError(
+                f"mara_tau={tau} re-anchors {'no' if float(tau) > 1 else 'every'} completion (rewards lie in [0, 1]), "
+                "which makes MARA inert; use 0 < mara_tau <= 1 (with a binary reward every such value selects the "
+                "valid completions: tune MARA's β, divergence_coef, instead)"
+            )
     elif name == "unlikeliness":
         lam = params.get("unlikeliness_lambda", 0.25)
         if lam is None or not 0.0 <= float(lam) <= 1.0:
