@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 from collapse_bench.measure import trajectory_point
 from collapse_bench.runs import read_result, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
-from collapse_bench.stats import mean_ci, paired_difference
+from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_value
 
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
 SCALARS = ("mu", "kl_pstar", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
@@ -86,6 +87,10 @@ def _ci_table(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
         if key == "crossover_k":  # inf: the base never overtakes; nan: the model does not lead at k = 1
             table[key]["never"] = sum(1 for x in values if math.isinf(x))
             table[key]["base_ahead"] = sum(1 for x in values if math.isnan(x))
+            # crossovers are reported seed by seed and as a median, never as a mean (k = 2 and 8 are not "5")
+            finite = sorted(x for x in values if math.isfinite(x))
+            table[key]["per_seed"] = finite
+            table[key]["median"] = statistics.median_low(finite) if finite else None  # a k that some seed had
     return table
 
 
@@ -184,11 +189,28 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 }
                 for split in bench.evaluation.splits
             }
+        entry["holm_family"] = holm_flags(entry)
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:
         agg["beta_sweep"] = beta_sweep(bench, out)
     agg["code_states"] = code_states(bench, out)
     return agg
+
+
+def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:
+    """Holm–Bonferroni over a task's family of paired comparisons against the baseline (every method × split ×
+    metric of its paired tables): each paired difference gets ``p`` (paired t-test) and ``holm`` (True: it survives
+    the correction at ``alpha``). Returns the family's size."""
+    family = {}
+    for name, data in entry["methods"].items():
+        for split, diffs in (data.get("paired_vs_baseline") or {}).items():
+            for key, diff in diffs.items():
+                diff["p"] = paired_p_value(diff)
+                family[(name, split, key)] = diff["p"]
+    survive = holm(family, alpha)
+    for (name, split, key), ok in survive.items():
+        entry["methods"][name]["paired_vs_baseline"][split][key]["holm"] = ok
+    return sum(1 for p in family.values() if p is not None)
 
 
 def code_states(bench: Benchmark, out: Path) -> dict[str, int]:

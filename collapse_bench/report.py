@@ -34,11 +34,14 @@ def multi_answer(entry: dict[str, Any], split: str) -> bool:
 
 
 def _crossover(ci: dict[str, Any], seeds: int) -> str:
-    """'k (seeds)' where the base overtakes; 'none' where it never does; 'base ahead' where the model does not lead
-    at k = 1 (no crossover to speak of)."""
+    """'median k (each seed's k; seeds)' where the base overtakes; 'none' where it never does; 'base ahead' where
+    the model does not lead at k = 1 (no crossover to speak of)."""
     never, ahead = ci.get("never", 0), ci.get("base_ahead", 0)
     parts = []
-    if ci.get("mean") is not None:
+    if ci.get("per_seed"):  # the median and every seed's k: a mean of crossovers is no seed's crossover
+        ks = ", ".join(f"{k:g}" for k in ci["per_seed"])
+        parts.append(f"median {ci['median']:g} (k = {ks}; {seeds - never - ahead}/{seeds})")
+    elif ci.get("mean") is not None:
         parts.append(f"{ci['mean']:.0f} ({seeds - never - ahead}/{seeds})")
     if never:
         parts.append(f"none ({never}/{seeds})")
@@ -104,7 +107,7 @@ def paired_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
         cells = []
         for key, _ in keys:
             d = paired[key]
-            mark = " **" if d["separated"] else ""
+            mark = (" **" if d["separated"] else "") + (" †" if d.get("holm") else "")
             cells.append(_pm(d, 3 if key != "effective_answers" else 2) + mark)
         rows.append([m["label"]] + cells)
     return _table(["method vs baseline, paired by seed"] + [h for _, h in keys], rows)
@@ -348,7 +351,10 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
         for sp in splits:
             what = "the training prompts (the objective's own distribution)" if sp == "train" else f"the {sp} split"
             lines += ["", f"### Exact measurements on {what}", ""] + metric_table(entry, sp, kmax)
-            lines += ["", f"Paired differences against the baseline on {what} (** = the 95% interval excludes 0):", ""]
+            lines += ["", f"Paired differences against the baseline on {what} (** = the 95% interval excludes 0; † = "
+                      f"the paired t-test survives Holm's correction at 0.05 over the task's family of "
+                      f"{entry.get('holm_family', 0)} paired comparisons, every method × split × metric of these "
+                      "tables):", ""]  # fmt: skip
             lines += paired_table(entry, sp, kmax)
             matched = matched_table(entry, kmax) if sp == "train" else []
             if matched:

@@ -86,3 +86,29 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
     out["seeds"] = seeds
     out["separated"] = out["lo"] is not None and (out["lo"] > 0 or out["hi"] < 0)
     return out
+
+
+def paired_p_value(diff: Mapping[str, Any]) -> float | None:
+    """Two-sided p-value of the paired t-test behind :func:`paired_difference` (H0: mean difference 0), from its
+    mean, sd and n; None with fewer than 2 seeds. A zero sd gives 0 (a nonzero mean) or 1."""
+    n, mean, sd = diff.get("n", 0), diff.get("mean"), diff.get("sd")
+    if n < 2 or mean is None or sd is None:
+        return None
+    if sd == 0:
+        return 0.0 if mean != 0 else 1.0
+    t = abs(mean) / (sd / math.sqrt(n))
+    return 2.0 * (1.0 - t_cdf(t, n - 1))
+
+
+def holm(p_values: Mapping[Any, float | None], alpha: float = 0.05) -> dict[Any, bool]:
+    """Holm–Bonferroni over a family: sort the m p-values p_(1) <= ... <= p_(m), reject H_(i) while
+    p_(i) <= alpha / (m − i + 1); True for the hypotheses rejected (the claims that survive). None counts as not
+    rejected and is not part of m."""
+    tested = sorted(((p, key) for key, p in p_values.items() if p is not None), key=lambda pk: pk[0])
+    m = len(tested)
+    out = {key: False for key in p_values}
+    for i, (p, key) in enumerate(tested):
+        if p > alpha / (m - i):
+            break
+        out[key] = True
+    return out

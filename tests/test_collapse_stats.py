@@ -111,3 +111,28 @@ def test_inert_grid_values_are_the_ones_with_identical_trained_weights(tmp_path)
     lines = inert_lines(entry)
     assert len(lines) == 2 and "`grpo_reverse_kl`" in lines[1] and "divergence_coef 0.3 = 0.01" in lines[1]
     assert inert_lines({"methods": {"grpo": {"inert_values": []}}}) == []
+
+
+def test_paired_p_value_and_holm_against_hand_values():
+    from collapse_bench.stats import holm, paired_p_value, t_cdf
+
+    # d = 1, 2, 3: mean 2, sd 1, t = 2·√3 with 2 degrees of freedom
+    diff = paired_difference({1: 1.0, 2: 2.0, 3: 3.0}, {1: 0.0, 2: 0.0, 3: 0.0})
+    assert paired_p_value(diff) == pytest.approx(2 * (1 - t_cdf(2 * math.sqrt(3), 2)), rel=1e-12)
+    assert paired_p_value(diff) == pytest.approx(0.07417990022744847, rel=1e-6)  # scipy.stats.ttest_1samp
+    assert paired_p_value({"n": 1, "mean": 1.0, "sd": None}) is None
+    # Holm at 0.05 over 4: 0.01 <= 0.0125 rejected, 0.02 <= 0.0167 is not, so neither are the rest
+    assert holm({"a": 0.01, "b": 0.02, "c": 0.03, "d": 0.5}) == {"a": True, "b": False, "c": False, "d": False}
+    assert holm({"a": 0.01, "b": 0.015, "c": None}) == {"a": True, "b": True, "c": False}  # m = 2: 0.025, 0.05
+    assert holm({}) == {}
+
+
+def test_crossovers_are_a_median_and_every_seed_never_a_mean():
+    from collapse_bench.aggregate import _ci_table
+    from collapse_bench.report import _crossover
+
+    table = _ci_table({1: {"crossover_k": 2.0}, 2: {"crossover_k": 8.0}, 3: {"crossover_k": math.inf}})
+    cell = _crossover(table["crossover_k"], 3)
+    assert cell == "median 2 (k = 2, 8; 2/3), none (1/3)"  # the lower median: a k some seed had
+    table = _ci_table({1: {"crossover_k": 2.0}, 2: {"crossover_k": 8.0}, 3: {"crossover_k": 4.0}})
+    assert _crossover(table["crossover_k"], 3) == "median 4 (k = 2, 4, 8; 3/3)"
