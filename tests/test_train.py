@@ -193,10 +193,10 @@ def test_ctrl_c_prints_one_line_with_the_resume_command(tmp_path, tiny_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.time() + 120
-    while not (out / "checkpoint-2").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
+    # trainer_state.json is written last into a checkpoint: once it is there, checkpoint-2 is complete
+    while not (out / "checkpoint-2" / "trainer_state.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be interrupted"
-    time.sleep(0.5)  # let checkpoint-2 be completed
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
