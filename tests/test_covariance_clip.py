@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_reward_rises, assert_train_refuses
+from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.trainers.covariance_clip import (
     clip_cov_tokens,
@@ -103,8 +102,8 @@ def test_trainer_clip_cov_is_trl_loss_with_the_selected_advantages_zeroed(tmp_pa
 
     torch.manual_seed(0)
     kw = dict(per_device_train_batch_size=32, covariance_penalty="clip_cov", clip_cov_ratio=0.05)
-    args = _config(DivergenceGRPOConfig, tmp_path, clip_cov_lb=0.0, clip_cov_ub=100.0, **kw)
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    args = trainer_config(DivergenceGRPOConfig, tmp_path, clip_cov_lb=0.0, clip_cov_ub=100.0, **kw)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     inputs = _batch(trainer)
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
@@ -131,8 +130,8 @@ def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_pat
 
     torch.manual_seed(0)
     kw = dict(covariance_penalty="kl_cov", kl_cov_ratio=0.05, kl_cov_coef=0.5, num_iterations=2)
-    args = _config(DivergenceGRPOConfig, tmp_path, per_device_train_batch_size=32, **kw)
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    args = trainer_config(DivergenceGRPOConfig, tmp_path, per_device_train_batch_size=32, **kw)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     inputs = _batch(trainer)
     mask = inputs["completion_mask"]
     # a policy that has moved since sampling: π_old differs from π_θ by known offsets
@@ -175,7 +174,7 @@ def test_bad_settings_fail_in_one_line_before_the_model_loads(recipe, extra, mes
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["clip_cov", "kl_cov"])
 def test_tiny_recipes_train_50_steps_with_the_reward_rising(recipe, tmp_path, tiny_path):
-    logs = _run_recipe(recipe, False, tmp_path / recipe, steps=50, batch=96)  # the steps that generated
+    logs = run_recipe(recipe, False, tmp_path / recipe, steps=50, batch=96)  # the steps that generated
     every = [json.loads(x) for x in (tmp_path / recipe / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in every if "loss" in x] == list(range(1, 51))
     assert all(x[f"cov/{recipe}_frac"] > 0 for x in every if "loss" in x)

@@ -5,40 +5,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from launchers import TWO_PROCESSES, processes_of
+from train_checks import make_trainer, run_recipe, trainer_config  # shared helpers (tests/ is on sys.path)
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.trainers.grpo import group_diversity
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _config(cls, tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path), per_device_train_batch_size=16, num_generations=8, max_completion_length=8,
-        bf16=False, use_cpu=True, report_to="none", seed=0, activation_checkpointing=False, logging_steps=1,
-    )  # fmt: skip
-    return cls(**{**base, **kw})
-
-
-def _trainer(cls, args, tiny_path):
-    from rlvr_div.models import load_tokenizer
-    from rlvr_div.rewards import get_reward
-    from rlvr_div.tasks import get_task
-
-    return cls(
-        model=tiny_path,
-        reward_funcs=[get_reward("pair_sum")],
-        args=args,
-        train_dataset=get_task("pairsum", size=16),
-        processing_class=load_tokenizer(tiny_path),
-    )
 
 
 @pytest.mark.parametrize(
@@ -57,10 +35,12 @@ def test_reverse_kl_reproduces_stock_grpo_loss(loss_type, tmp_path, tiny_path):
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    stock = _trainer(GRPOTrainer, _config(GRPOConfig, tmp_path / "a", beta=0.04, loss_type=loss_type), tiny_path)
-    ours = _trainer(
+    stock = make_trainer(
+        GRPOTrainer, trainer_config(GRPOConfig, tmp_path / "a", beta=0.04, loss_type=loss_type), tiny_path
+    )
+    ours = make_trainer(
         DivergenceGRPOTrainer,
-        _config(
+        trainer_config(
             DivergenceGRPOConfig, tmp_path / "b", divergence="reverse_kl", divergence_coef=0.04, loss_type=loss_type
         ),
         tiny_path,
@@ -126,23 +106,9 @@ RECIPE_RUNS = [
 ]
 
 
-def _run_recipe(recipe: str, lora: bool, out: Path, steps: int, batch: int | None) -> list[dict]:
-    """Train a tiny recipe for ``steps`` steps (``batch``: completions per step; None: the recipe's own)."""
-    cmd = [sys.executable, "-m", "rlvr_div.train", "--config", str(ROOT / f"recipes/tiny/{recipe}.yaml"),
-           "--output_dir", str(out), "--max_steps", str(steps), "--disable_tqdm", "true",
-           "--save_strategy", "no"]  # fmt: skip
-    if batch is not None:
-        cmd += ["--per_device_train_batch_size", str(batch)]
-    if lora:
-        cmd += ["--use_peft", "true", "--lora_target_modules", "all-linear"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
-
-
 @pytest.mark.parametrize("recipe, lora", RECIPE_RUNS)
 def test_tiny_divergence_recipes_train(recipe, lora, tmp_path, tiny_path):
-    logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=2, batch=32)
+    logs = run_recipe(recipe, lora, tmp_path / recipe, steps=2, batch=32)
     name = yaml.safe_load((ROOT / f"recipes/tiny/{recipe}.yaml").read_text()).get("divergence", "none")
     assert len(logs) == 2
     assert all(f"divergence/{name}" in x and "diversity/pass_at_group" in x for x in logs)
@@ -153,7 +119,7 @@ def test_tiny_divergence_recipes_train(recipe, lora, tmp_path, tiny_path):
 @pytest.mark.parametrize("lora", [False, True])
 def test_tiny_divergence_recipes_train_50_steps(recipe, lora, tmp_path, tiny_path):
     """Each recipe as shipped (its own batch: 24 of the 30 pairsum prompts per step) trains its 50 steps."""
-    logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=None)
+    logs = run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=None)
     assert len(logs) == 50
 
 
@@ -162,7 +128,7 @@ def test_tiny_divergence_recipes_train_50_steps(recipe, lora, tmp_path, tiny_pat
     ["pkpo", pytest.param("mara", marks=pytest.mark.slow), pytest.param("unlikeliness", marks=pytest.mark.slow)],
 )
 def test_reward_shaping_recipes_train(recipe, tmp_path, tiny_path):
-    assert len(_run_recipe(recipe, False, tmp_path / recipe, steps=2, batch=32)) == 2
+    assert len(run_recipe(recipe, False, tmp_path / recipe, steps=2, batch=32)) == 2
 
 
 def test_mara_without_kl_fails_in_one_line(capsys, tmp_path):
@@ -194,8 +160,10 @@ def _paired_trainers(tmp_path, tiny_path, stock_kw, ours_kw):
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    stock = _trainer(GRPOTrainer, _config(GRPOConfig, tmp_path / "a", **stock_kw), tiny_path)
-    ours = _trainer(DivergenceGRPOTrainer, _config(DivergenceGRPOConfig, tmp_path / "b", **ours_kw), tiny_path)
+    stock = make_trainer(GRPOTrainer, trainer_config(GRPOConfig, tmp_path / "a", **stock_kw), tiny_path)
+    ours = make_trainer(
+        DivergenceGRPOTrainer, trainer_config(DivergenceGRPOConfig, tmp_path / "b", **ours_kw), tiny_path
+    )
     ours.model.load_state_dict(stock.model.state_dict())
     for t in (stock, ours):
         t.model.train()
@@ -254,7 +222,7 @@ def test_use_bias_correction_kl_false_maps_to_the_plain_gradient(tmp_path):
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig
 
     def config(**kw):
-        return _config(DivergenceGRPOConfig, tmp_path, divergence="reverse_kl", divergence_coef=0.04, **kw)
+        return trainer_config(DivergenceGRPOConfig, tmp_path, divergence="reverse_kl", divergence_coef=0.04, **kw)
 
     assert config().divergence_gradient == "ratio"
     assert config(use_bias_correction_kl=False).divergence_gradient == "plain"
@@ -271,7 +239,7 @@ def test_beta_is_a_synonym_of_divergence_coef(tmp_path):
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig
 
     def config(**kw):
-        return _config(DivergenceGRPOConfig, tmp_path, **kw)
+        return trainer_config(DivergenceGRPOConfig, tmp_path, **kw)
 
     given_beta = config(divergence="reverse_kl", beta=0.07)
     assert given_beta.divergence_coef == 0.07 and given_beta.beta == 0.07
@@ -318,7 +286,7 @@ def test_shaped_advantages_aggregate_and_mask_as_trl(aggregation, scale, tmp_pat
     from rlvr_div.tasks import get_task
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
-    args = _config(
+    args = trainer_config(
         DivergenceGRPOConfig, tmp_path, reward_shaping="unlikeliness", unlikeliness_lambda=0.0,
         multi_objective_aggregation=aggregation, scale_rewards=scale, reward_weights=[1.0, 0.5],
     )  # fmt: skip

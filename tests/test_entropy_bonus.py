@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_reward_rises, assert_train_refuses
+from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.cli import main as cli_main
 
@@ -44,7 +43,9 @@ def test_loss_drops_by_coef_times_mean_token_entropy(trainer_name, tmp_path, tin
     torch.manual_seed(0)
     losses, inputs = {}, None
     for coef in (0.0, 0.3):  # two trainers from the same weights, one batch
-        trainer = _trainer(trainer_cls, _config(config_cls, tmp_path / str(coef), entropy_coef=coef, **kw), tiny_path)
+        trainer = make_trainer(
+            trainer_cls, trainer_config(config_cls, tmp_path / str(coef), entropy_coef=coef, **kw), tiny_path
+        )
         trainer.model.train()
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop
         if inputs is None:
@@ -66,7 +67,7 @@ def test_dpg_bonus_pushes_entropy_up(tmp_path, tiny_path):
     """The bonus's gradient acts: one SGD step on −H̄ through DPGTrainer's loss raises the batch's mean entropy."""
     config_cls, trainer_cls, _ = _classes("dpg")
     torch.manual_seed(0)
-    trainer = _trainer(trainer_cls, _config(config_cls, tmp_path, entropy_coef=1.0), tiny_path)
+    trainer = make_trainer(trainer_cls, trainer_config(config_cls, tmp_path, entropy_coef=1.0), tiny_path)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
@@ -145,6 +146,6 @@ def test_dpg_refuses_top_entropy_quantile(capsys, no_model_loads, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["entropy_bonus", "adaptive_entropy"])
 def test_tiny_recipes_train_50_steps_with_the_reward_rising(recipe, tmp_path, tiny_path):
-    logs = _run_recipe(recipe, False, tmp_path / recipe, steps=50, batch=96)
+    logs = run_recipe(recipe, False, tmp_path / recipe, steps=50, batch=96)
     assert all("entropy_coef" in x for x in logs)
     assert_reward_rises(logs, 50, 0.05)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from launchers import TWO_PROCESSES
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_reward_rises, assert_train_refuses
+from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.outcome_exploration import (
@@ -83,7 +82,7 @@ def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path)
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    args = _config(
+    args = trainer_config(
         DivergenceGRPOConfig,
         tmp_path,
         reward_shaping="outcome_exploration",
@@ -91,7 +90,7 @@ def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path)
         outcome_penalty_coef=0.5,
         scale_rewards="none",
     )
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     reference = OutcomeCounts()
@@ -172,6 +171,6 @@ def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, ca
 
 @pytest.mark.slow
 def test_tiny_recipe_trains_50_steps_with_the_reward_rising(tmp_path, tiny_path):
-    logs = _run_recipe("outcome_exploration", False, tmp_path / "run", steps=50, batch=96)
+    logs = run_recipe("outcome_exploration", False, tmp_path / "run", steps=50, batch=96)
     assert all("outcome/bonus_mean" in x for x in logs)
     assert_reward_rises(logs, 50, 0.05)

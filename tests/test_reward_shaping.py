@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_train_refuses
+from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.reward_shaping import (
@@ -241,8 +240,8 @@ def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tin
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    args = _config(DivergenceGRPOConfig, tmp_path, reward_shaping=shaping, **kw)
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping=shaping, **kw)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
@@ -275,6 +274,6 @@ def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tin
 @pytest.mark.parametrize("lora", [False, True])
 def test_reward_shaping_recipes_train_50_steps(recipe, lora, tmp_path, tiny_path):
     """Each recipe as shipped (its own batch) trains its 50 steps with finite losses."""
-    logs = _run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=None)
+    logs = run_recipe(recipe, lora, tmp_path / recipe, steps=50, batch=None)
     assert [x["step"] for x in logs] == list(range(1, 51))
     assert all(math.isfinite(x["loss"]) and "diversity/pass_at_group" in x for x in logs)

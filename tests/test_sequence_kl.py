@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_train_refuses
+from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.calibration import validity_at
 from rlvr_div.trainers.grpo import group_advantages
@@ -32,8 +31,8 @@ def test_trainer_advantages_are_centred_penalised_rewards(tmp_path, tiny_path):
 
     torch.manual_seed(0)
     beta = 0.5
-    args = _config(DivergenceGRPOConfig, tmp_path, sequence_kl_coef=beta, scale_rewards="none")
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    args = trainer_config(DivergenceGRPOConfig, tmp_path, sequence_kl_coef=beta, scale_rewards="none")
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     trainer.model.train()
     with torch.no_grad():  # a policy away from its reference, so the penalty is not 0
         for p in trainer.model.parameters():
@@ -70,7 +69,7 @@ def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, ca
 
 
 def test_recipe_trains(tmp_path, tiny_path):
-    logs = _run_recipe("sequence_kl", False, tmp_path / "run", steps=2, batch=32)
+    logs = run_recipe("sequence_kl", False, tmp_path / "run", steps=2, batch=32)
     assert len(logs) == 2 and all("sequence_kl/k1" in x and "kl" not in x for x in logs)
 
 

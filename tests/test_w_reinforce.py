@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_divergence_trainer import _config, _run_recipe, _trainer  # shared helpers (tests/ is on sys.path)
-from train_checks import assert_reward_rises, assert_train_refuses
+from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.trainers.reward_shaping import w_reinforce_advantages
 
@@ -45,7 +44,7 @@ def test_trainer_uses_the_weighted_advantages(tmp_path, tiny_path):
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    args = _config(
+    args = trainer_config(
         DivergenceGRPOConfig,
         tmp_path,
         reward_shaping="w_reinforce",
@@ -53,7 +52,7 @@ def test_trainer_uses_the_weighted_advantages(tmp_path, tiny_path):
         nsr_weight=0.7,
         scale_rewards="none",
     )
-    trainer = _trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
@@ -84,5 +83,5 @@ def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, ca
 
 @pytest.mark.slow
 def test_tiny_recipe_trains_50_steps_with_the_reward_rising(tmp_path, tiny_path):
-    logs = _run_recipe("w_reinforce", False, tmp_path / "run", steps=50, batch=96)
+    logs = run_recipe("w_reinforce", False, tmp_path / "run", steps=50, batch=96)
     assert_reward_rises(logs, 50, 0.05)
