@@ -144,11 +144,38 @@ def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | No
                 _pm(t["cov_at_kmax"]), _pm(s["mu"]), _pm(s["effective_answers"], 2),
             ])  # fmt: skip
     lines += _table(header, rows) + [""]
+    lines += arm_comparison(agg)
     lines += [f"![end points against β]({plots[0].name})", "", f"![paths]({plots[1].name})", "", "Per arm:", ""]
     lines += [_verdict_line(name, arm) for name, arm in agg["arms"].items()] + [""]
     path = out / "beta.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def arm_comparison(agg: dict[str, Any]) -> list[str]:
+    """The other sampled arms against the first one (the reference arm) at each β, paired by seed on the training
+    prompts: Δ validity, Δ effective answers, Δ KL(p*‖π_v) (** = the 95% interval excludes 0)."""
+    sampled = [(n, a) for n, a in agg["arms"].items() if a["kind"] == "sampled"]
+    if len(sampled) < 2:
+        return []
+    ref_name, ref = sampled[0]
+    by_beta = {c["beta"]: c for c in ref["cells"]}
+    rows = []
+    for name, arm in sampled[1:]:
+        for c in arm["cells"]:
+            r = by_beta.get(c["beta"])
+            if r is None:
+                continue
+            cells = []
+            for key, digits in (("mu", 3), ("effective_answers", 2), ("kl_pstar", 2)):
+                d = paired_difference(c["per_seed"]["train"][key], r["per_seed"]["train"][key])
+                cells.append(_pm(d, digits) + (" **" if d["separated"] else "") if d["mean"] is not None else "—")
+            rows.append([f"{name} − {ref_name}", f"{c['beta']:g}", str(len(c["seeds"])), *cells])
+    if not rows:
+        return []
+    head = ["arms, paired by seed", "β", "seeds", "Δ μ (train)", "Δ eff. answers", "Δ KL(p*‖π_v)"]
+    return [f"Each sampled arm against `{ref_name}` at the same β, paired by seed (** = the 95% interval excludes 0):",
+            "", *_table(head, rows), ""]  # fmt: skip
 
 
 def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any] | None) -> list[Path]:

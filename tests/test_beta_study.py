@@ -140,3 +140,22 @@ def test_a_sampled_run_stops_at_its_plateau(tmp_path, tiny_path):
     assert result["plateau_step"] == 16 and result["steps"] == 16
     assert [p["step"] for p in result["path"]] == list(range(0, 17, 2))
     assert result["train"]["steps"] == 16  # TRL stopped there (metrics.jsonl), not at max_steps
+
+
+def test_arms_are_compared_seed_by_seed_at_the_same_beta():
+    from collapse_bench.beta_report import arm_comparison
+
+    def cell(beta, eff):
+        per_seed = {"mu": {1: 0.9, 2: 0.9}, "effective_answers": dict(enumerate(eff, 1)), "kl_pstar": {1: 0.0, 2: 0.0}}
+        return {"beta": beta, "seeds": [1, 2], "per_seed": {"train": per_seed}}
+
+    agg = {"arms": {
+        "ref": {"kind": "sampled", "cells": [cell(1.0, [10.0, 12.0]), cell(0.1, [5.0, 5.0])]},
+        "exact": {"kind": "exact", "cells": [cell(1.0, [1.0, 1.0])]},
+        "other": {"kind": "sampled", "cells": [cell(1.0, [8.0, 9.0])]},
+    }}  # fmt: skip
+    lines = arm_comparison(agg)
+    rows = [x for x in lines if x.startswith("| other − ref")]
+    assert len(rows) == 1  # only the β both arms ran, and never the exact arm
+    assert "| 1 | 2 | 0.000 ± 0.000 | -2.50 ± 6.35 |" in rows[0]  # d = −2, −3: mean −2.5, t(0.975, 1)·0.5
+    assert arm_comparison({"arms": {"ref": agg["arms"]["ref"]}}) == []
