@@ -22,7 +22,7 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
     """Per arm and β: the seeds' end measurements (train and test), steps, plateau steps and mean paths."""
     base = json.loads((out / BASE).read_text())
     kmax = str(max(study.ks))
-    agg: dict[str, Any] = {"arms": {}, "base": {}, "missing": []}
+    agg: dict[str, Any] = {"arms": {}, "base": {}, "missing": [], "code_states": {}}
     for split in ("train", "test"):
         m = base["splits"][split]["summary"]["mean"]
         agg["base"][split] = {"mu": m["mu"], "effective_answers": m["effective_answers"], "kl_pstar": m["kl_pstar"],
@@ -36,6 +36,9 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
             agg["missing"].append(run.key)
             continue
         cells.setdefault((run.arm, run.beta), []).append(result)
+        agg["code_states"][result.get("commit", "unknown")] = (
+            agg["code_states"].get(result.get("commit", "unknown"), 0) + 1
+        )
     for (arm, beta), results in cells.items():
         entry: dict[str, Any] = {
             "beta": beta,
@@ -108,6 +111,7 @@ def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | No
     """``beta.json``, ``beta.md`` and the two figures in ``out``."""
     agg = aggregate(study, out)
     state = json.loads((out / STATE).read_text())
+    codes = ", ".join(f"{c}: {n}" for c, n in sorted(agg["code_states"].items()))
     write_json(out / "beta.json", agg)
     plots = write_plots(agg, study, out, toy)
     kmax = max(study.ks)
@@ -115,7 +119,8 @@ def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | No
     lines = [
         "# The β study",
         "",
-        f"Command: `{command}`. Code: {', '.join(state.get('commits', [])) or 'unknown'}. {study.workers} parallel "
+        f"Command: `{command}`. Code of the runs (commit the worker started at: runs): {codes or 'none yet'}. "
+        f"{study.workers} parallel "
         f"runs × {study.threads} torch thread(s); wall time of the invocations: "
         f"{sum(state.get('invocations', [])) / 60:.1f} min. Task `{study.task}` {study.task_options}, seeds "
         f"{list(study.seeds)}; every run stops at the plateau (the means of μ and of the effective number of valid "

@@ -389,7 +389,7 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
             body = (execute_exact if kind == "exact" else execute_sampled)(study, out, run, base)
             steps = body["path"][-1]["step"]
             result = {
-                "run": asdict(run), "identity": run_identity(study, run), "commit": code_commit(), **body,
+                "run": asdict(run), "identity": run_identity(study, run), "commit": _WORKER_CODE, **body,
                 "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
                 "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
                 "wall_seconds": time.perf_counter() - t0,
@@ -407,11 +407,18 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
 # --------------------------------------------------------------------------------------------- all runs
 
 
+_WORKER_CODE = "unknown"
+
+
 def _init_worker(threads: int) -> None:
+    """Threads, and the code state this worker starts with (recorded in each of its results: the checkout may move
+    on while the study runs)."""
     import os
 
     import torch
 
+    global _WORKER_CODE
+    _WORKER_CODE = code_commit()
     torch.set_num_threads(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
