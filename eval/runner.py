@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from eval.diversity import PER_PROBLEM_KEYS, lost_vs_base, problem_diversity
+from eval.diversity import PER_PROBLEM_KEYS, lost_vs_base
 from eval.estimators import bootstrap_se, cover_at, maj_at_k, pass_at_k, report_ks
 from eval.records import SAMPLES_FILE, append_line, load_records, read_samples, write_json
+from eval.scoring import GROUP_COLUMN, score_problem
 from rlvr_div.errors import ConfigError
 from rlvr_div.sampling import BACKENDS, SamplingConfig, prompt_seed, vllm_available
 
@@ -46,7 +47,6 @@ FILE_HASHES = "file_hashes.json"  # in the output directory: per-file sha256 cac
 FINGERPRINT_KEY = "model_fingerprint"
 START_OVER = "rerun with --fresh to resample it, or use another --output-dir"
 DEFAULT_TAUS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-GROUP_COLUMN = "difficulty"  # a task column (BIRD's) by which the metrics are also reported per group
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # Settings that determine the samples: a resumed run must match them (batch_size, device, limit may change).
@@ -130,13 +130,14 @@ class EvalSettings:
 # --------------------------------------------------------------------------------------------- validation
 
 
-def parse_model_arg(text: str) -> tuple[str, str]:
+def parse_model_arg(text: str, flag: str = "--model") -> tuple[str, str]:
     """``NAME=PATH`` → (NAME, PATH); NAME becomes a directory name, so letters, digits, ``._-`` only."""
     name, sep, path = text.partition("=")
+    example = "--model base=tiny" if flag == "--model" else "--samples rl=samples.jsonl"
     if not sep or not name or not path:
-        raise ConfigError(f"--model {text!r} is not NAME=PATH (e.g. --model base=tiny)")
+        raise ConfigError(f"{flag} {text!r} is not NAME=PATH (e.g. {example})")
     if not _NAME.fullmatch(name):
-        raise ConfigError(f"--model name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
+        raise ConfigError(f"{flag} name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
     return name, path
 
 
@@ -249,35 +250,6 @@ def check_backend(backend: str) -> None:
         raise ConfigError("--backend vllm needs the vllm package, which is not importable here; use --backend hf")
 
 
-# --------------------------------------------------------------------------------------------- scoring
-
-
-def score_problem(index: int, row: dict[str, Any], samples: Any, reward: Any) -> dict[str, Any]:
-    """The ``samples.jsonl`` record of one problem: scores from the reward's batch API (the row's verifier
-    columns repeated per completion), answers from ``reward.extract``, correct = (score == 1)."""
-    completions = list(samples.completions)
-    k = len(completions)
-    columns = {c: [row[c]] * k for c in reward.columns}
-    scores = reward.score(completions, **columns)
-    answers = [reward.extract(c) for c in completions]
-    correct = [s is not None and float(s) == 1.0 for s in scores]
-    return {
-        "index": index,
-        "prompt": row["prompt"],
-        "columns": {c: row[c] for c in reward.columns},
-        "completions": completions,
-        "answers": answers,
-        "scores": [None if s is None else float(s) for s in scores],
-        "correct": correct,
-        "c": sum(correct),
-        "n": k,
-        "num_tokens": [len(ids) for ids in samples.completion_ids],
-        "finish_reasons": list(samples.finish_reasons),
-        **problem_diversity(completions, answers, correct),
-        **({GROUP_COLUMN: row[GROUP_COLUMN]} if GROUP_COLUMN in row else {}),  # issue 15: BIRD's difficulty
-    }
-
-
 # --------------------------------------------------------------------------------------------- metrics
 
 
@@ -287,7 +259,9 @@ def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -
     pass@k: unbiased estimator per problem (``eval.estimators.pass_at_k``), averaged over problems, for k in
     :func:`report_ks` (n); cover@τ and maj@k likewise; diversity numbers are means over all problems (an unsolved
     problem has 0 distinct correct answers). ``*_se``: bootstrap standard errors over problems (seeded by
-    ``settings.seed``)."""
+    ``settings.seed``). ``extractable_fraction``: the fraction of completions from which the reward extracted an
+    answer; ``truncated_fraction`` (finish reason ``length``) and ``mean_completion_tokens`` are None when the
+    records do not say (a sample log made elsewhere)."""
     recs = sorted(records, key=lambda r: r["index"])
     if not recs:
         raise ConfigError("no problems were evaluated")
@@ -329,8 +303,9 @@ def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -
         "diversity_se": {**by_key(PER_PROBLEM_KEYS, se(div, 4)), "solved_fraction": float(se(solved[:, None], 5)[0])},
         "solved": int(solved.sum()),
         "unjudged_samples": sum(s is None for r in recs for s in r["scores"]),
-        "mean_completion_tokens": float(np.mean(tokens)) if tokens else 0.0,
-        "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else 0.0,
+        "extractable_fraction": float(np.mean([a is not None for r in recs for a in r["answers"]])),
+        "mean_completion_tokens": float(np.mean(tokens)) if tokens else None,  # None: the sample log does not say
+        "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else None,
         **({"by_difficulty": metrics_by_group(recs, ks)} if all(GROUP_COLUMN in r for r in recs) else {}),
     }
 
@@ -361,9 +336,17 @@ def pass_curve(records: Sequence[dict[str, Any]], kmax: int) -> np.ndarray:
     return pass_at_k(n_arr, c_arr, list(range(1, kmax + 1))).mean(axis=0)
 
 
+MATERIAL_PROBLEMS = 0.5  # a pass@k gap smaller than this many expected problems is not called an overtake
+
+
 def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, Any]], base_name: str) -> dict[str, Any]:
-    """Problems lost/gained versus the base (``eval.diversity.lost_vs_base``) and ``overtake_k``: the smallest k
-    (1..min n) at which the base's pass@k exceeds the model's on their common problems (None: never)."""
+    """Problems lost/gained versus the base (``eval.diversity.lost_vs_base``) and where the base overtakes, on
+    their common problems P, from the pass@k curves k = 1..min n:
+
+    - ``overtake_k``: the smallest k at which the base is ahead by a material margin, (pass_b@k − pass_m@k)·|P| ≥
+      :data:`MATERIAL_PROBLEMS` expected problems (None: never);
+    - ``first_ahead_k``: the smallest k at which the base is ahead at all (a gap of 1e-6 counts here, not above);
+    - ``both_zero``: neither model solves any common problem (no comparison can be made)."""
     b = {r["index"]: r for r in base}
     m = {r["index"]: r for r in model}
     out: dict[str, Any] = {
@@ -371,7 +354,8 @@ def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, An
         **lost_vs_base({i: r["c"] for i, r in b.items()}, {i: r["c"] for i, r in m.items()}),
     }
     common = sorted(set(b) & set(m))
-    out["overtake_k"] = None
+    out.update(overtake_k=None, first_ahead_k=None, common_problems=len(common))
+    out["both_zero"] = bool(common) and all(b[i]["c"] == 0 and m[i]["c"] == 0 for i in common)
     if common:
         kmax = min(min(b[i]["n"] for i in common), min(m[i]["n"] for i in common))
         cb = pass_curve([b[i] for i in common], kmax)
@@ -379,6 +363,10 @@ def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, An
         ahead = np.nonzero(cb > cm + 1e-12)[0]
         if ahead.size:
             k = int(ahead[0]) + 1
+            out.update(first_ahead_k=k, first_ahead_gap_problems=float((cb[k - 1] - cm[k - 1]) * len(common)))
+        material = np.nonzero((cb - cm) * len(common) >= MATERIAL_PROBLEMS - 1e-9)[0]
+        if material.size:
+            k = int(material[0]) + 1
             out.update(overtake_k=k, overtake_base_pass=float(cb[k - 1]), overtake_model_pass=float(cm[k - 1]))
     return out
 
@@ -448,6 +436,14 @@ def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
     return VLLMSampler(path, tokenizer, settings.sampling(), **kwargs)
 
 
+def rendered_prompt(sampler: Any, prompt: Any, chat_template: bool | None) -> str | None:
+    """The prompt text the model saw (chat template applied where it was), stored beside the messages."""
+    from rlvr_div.sampling import format_prompt
+
+    tokenizer = getattr(sampler, "tokenizer", None)
+    return None if tokenizer is None else format_prompt(tokenizer, prompt, chat_template)[0]
+
+
 def evaluate_model(
     ref: ModelRef,
     settings: EvalSettings,
@@ -493,7 +489,9 @@ def evaluate_model(
             for samples in sampler.sample(rows["prompt"], indices=needed, progress=progress):
                 if samples.index not in pending:
                     continue
-                record = score_problem(samples.index, dataset[samples.index], samples, reward)
+                row = dataset[samples.index]
+                text = rendered_prompt(sampler, row["prompt"], settings.chat_template)
+                record = score_problem(samples.index, row, samples, reward, prompt_text=text)
                 append_line(f, record)
                 done[samples.index] = record
                 tokens += samples.num_tokens
@@ -526,7 +524,7 @@ def evaluate_model(
 
 @dataclass
 class EvalJob:
-    """A validated multi-model evaluation (see :func:`prepare`)."""
+    """A validated multi-model evaluation (see :func:`prepare`): models to sample and sample logs to score."""
 
     models: list[ModelRef]
     base: str
@@ -535,11 +533,28 @@ class EvalJob:
     reward: Any
     output_dir: Path
     fresh: bool = False
+    sources: list[Any] = field(default_factory=list)  # eval.score_only.ScoredSource, scored without a model
+    task: str | None = None
+    split: str | None = None
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.models] + [s.name for s in self.sources]
+
+
+def check_device(device: str) -> None:
+    """A CUDA device needs a CUDA build of torch with a visible GPU; one line otherwise (not torch's assertion)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        build = "a CPU build of torch" if torch.version.cuda is None else "no visible CUDA device"
+        raise ConfigError(f"--device {device} but this machine has {build}; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
+        raise ConfigError(f"--device {device!r} is not cpu, cuda, cuda:N or mps")
 
 
 def prepare(
     models: Sequence[str],
-    task: str,
+    task: str | None,
     output_dir: str | os.PathLike,
     base: str | None = None,
     reward: str | None = None,
@@ -548,56 +563,84 @@ def prepare(
     dtype: str = "auto",
     device: str | None = None,
     fresh: bool = False,
+    samples: Sequence[str] = (),
     **settings: Any,
 ) -> EvalJob:
-    """Validate every input — model specs and paths, task and its data, reward and its columns, sampling settings,
-    earlier runs in ``output_dir`` — before any model loads; :class:`ConfigError` (one line) on the first problem.
+    """Validate every input — model specs and paths, sample logs, task and its data, reward and its columns,
+    sampling settings, earlier runs in ``output_dir`` — before any model loads; :class:`ConfigError` (one line) on
+    the first problem.
 
-    An earlier run's samples must have been made with the same settings and from a model with the same content
-    fingerprint (its files are hashed, not loaded); ``fresh``: start every model over instead."""
+    ``samples``: ``NAME=FILE`` sample logs to score instead of sampling (:mod:`eval.score_only`); every problem's
+    verifier columns are checked here. An earlier run's samples must have been made with the same settings and from a
+    model with the same content fingerprint (its files are hashed, not loaded); ``fresh``: start every model over."""
+    from eval.score_only import check_columns, read_source
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task, get_task
 
-    if not models:
-        raise ConfigError("give at least one --model NAME=PATH")
+    if not models and not samples:
+        raise ConfigError("give at least one --model NAME=PATH or --samples NAME=FILE")
     refs: list[ModelRef] = []
+    names: list[str] = []
     for text in models:
         name, path = parse_model_arg(text)
-        if any(r.name == name for r in refs):
+        if name in names:
             raise ConfigError(f"--model name {name!r} is given twice; names must be unique")
+        names.append(name)
         refs.append(resolve_model_ref(name, path))
-    names = [r.name for r in refs]
+    sources = []
+    for text in samples:
+        name, path = parse_model_arg(text, flag="--samples")
+        if name in names:
+            raise ConfigError(f"--samples name {name!r} is given twice; names must be unique")
+        names.append(name)
+        sources.append(read_source(name, path))
     if base is None:
         base = "base" if "base" in names else names[0]
     elif base not in names:
         raise ConfigError(f"--base {base!r} is not one of the models ({', '.join(names)})")
-    task_options = dict(task_options or {})
-    spec = check_task(task, **task_options)
-    split = settings.get("split", "test")
-    dataset = get_task(task, split=split, seed=settings.get("task_seed", 0), **task_options)
-    if len(dataset) == 0:
-        raise ConfigError(f"task {task!r} split {split!r} has no problems; check its data")
     limit = settings.get("limit")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
-    if "prompt" not in dataset.column_names:
-        raise ConfigError(f"task {task!r} has no 'prompt' column")
-    reward_name = reward or spec.reward
+    task_options = dict(task_options or {})
+    split = settings.get("split", "test")
+    dataset, reward_name = None, reward
+    if task is None:
+        if refs:
+            raise ConfigError("sampling a --model needs --task (the prompts to complete)")
+        if task_options:
+            raise ConfigError("--task-arg needs --task")
+        if reward is None:
+            raise ConfigError("scoring --samples without --task needs --reward NAME (rlvr-div list shows them)")
+    else:
+        spec = check_task(task, **task_options)
+        dataset = get_task(task, split=split, seed=settings.get("task_seed", 0), **task_options)
+        if len(dataset) == 0:
+            raise ConfigError(f"task {task!r} split {split!r} has no problems; check its data")
+        if "prompt" not in dataset.column_names:
+            raise ConfigError(f"task {task!r} has no 'prompt' column")
+        reward_name = reward or spec.reward
     reward_obj = get_reward(reward_name, **(reward_settings or {}))
-    missing = [c for c in reward_obj.columns if c not in dataset.column_names]
-    if missing:
-        raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
+    if dataset is not None and refs:
+        missing = [c for c in reward_obj.columns if c not in dataset.column_names]
+        if missing:
+            raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
+    for source in sources:
+        check_columns(source, reward_obj, dataset, limit)
     backend = settings.get("backend", "hf")
     check_backend(backend)
     device = device or default_device()
+    if refs:
+        check_device(device)
     resolved_dtype = resolve_dtype(dtype, device)
     out = Path(output_dir)
     per_model: dict[str, EvalSettings] = {}
-    for ref in refs:
+    for ref_name, model, adapter in [(r.name, r.model, r.adapter) for r in refs] + [
+        (s.name, s.given, None) for s in sources
+    ]:
         s = EvalSettings(
-            model=ref.model,
-            adapter=ref.adapter,
-            task=task,
+            model=model,
+            adapter=adapter,
+            task=task or "",
             task_options=task_options,
             reward=reward_name,
             reward_settings=reward_obj.settings(),
@@ -608,32 +651,39 @@ def prepare(
         s.sampling()  # validates n, temperature, top_p, …
         if s.threads is not None and s.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
-        if not fresh:
-            check_resume(out / ref.name, s)
-        per_model[ref.name] = s
+        if not fresh and any(r.name == ref_name for r in refs):
+            check_resume(out / ref_name, s)
+        per_model[ref_name] = s
     if not fresh:
         for ref in refs:
             if (out / ref.name / CONFIG_FILE).is_file():
                 check_model_unchanged(out / ref.name, fingerprint(ref, out))
-    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh)
+    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh, sources, task, split)
 
 
 def run(job: EvalJob, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Evaluate every model of ``job`` (resuming), compare each with the base, write the report; results by name."""
+    """Evaluate every model of ``job`` (resuming) and score every sample log, compare each with the base, write the
+    report; results by name."""
     from eval.report import write_report
+    from eval.score_only import score_source
 
     results: dict[str, dict[str, Any]] = {}
     for ref in job.models:
         results[ref.name] = evaluate_model(
             ref, job.settings[ref.name], job.dataset, job.reward, job.output_dir / ref.name, progress, job.fresh
         )
-    limit = {r.name: results[r.name]["metrics"]["problems"] for r in job.models}
+    for src in job.sources:
+        out_dir = job.output_dir / src.name
+        settings = job.settings[src.name]
+        results[src.name] = score_source(src, job.reward, job.dataset, out_dir, settings, job.task, job.split, progress)
+    results = {name: results[name] for name in job.names()}
+    limit = {name: results[name]["metrics"]["problems"] for name in results}
     base_records = load_records(job.output_dir / job.base, limit[job.base])
-    for ref in job.models:
-        if ref.name == job.base:
+    for name in results:
+        if name == job.base:
             continue
-        cmp = compare_to_base(base_records, load_records(job.output_dir / ref.name, limit[ref.name]), job.base)
-        results[ref.name]["metrics"]["vs_base"] = cmp
-        write_json(job.output_dir / ref.name / RESULTS_FILE, results[ref.name])
+        cmp = compare_to_base(base_records, load_records(job.output_dir / name, limit[name]), job.base)
+        results[name]["metrics"]["vs_base"] = cmp
+        write_json(job.output_dir / name / RESULTS_FILE, results[name])
     write_report(job.output_dir, results, job.base)
     return results
