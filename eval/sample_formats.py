@@ -90,7 +90,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
-            raise ConfigError(f"{path}:{lineno} is not valid JSON (a sample log has one JSON object per line)") from None
+            raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}:{lineno} is not a JSON object")
         out.append(obj)

@@ -2,7 +2,7 @@
 
 No model is loaded. Each problem's completions are scored with the run's reward and its settings by the same
 function that scores sampled completions (:func:`eval.scoring.score_completions`), written to ``OUT/NAME/
-samples.jsonl`` in our format, and measured by the same :func:`eval.runner.compute_metrics`: a file and a sampled run
+samples.jsonl`` in our format, and measured by the same :func:`eval.metrics.compute_metrics`: a file and a sampled run
 holding the same completions give the same numbers. A scored source can be the base or any compared model, beside
 sampled ones.
 
@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.records import SAMPLES_FILE, append_line, write_json
+from eval.metrics import compute_metrics, package_versions
+from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, write_json
+from eval.resume import CONFIG_FILE
 from eval.sample_formats import SampleFile, read_sample_file
 from eval.scoring import score_completions
 from rlvr_div.errors import ConfigError
@@ -111,10 +113,8 @@ def score_source(
 ) -> dict[str, Any]:
     """Score every problem of ``source`` (the first ``settings.limit``), write ``out_dir/samples.jsonl`` (replacing
     what was there) and ``results.json``, and return the results. ``settings``: an
-    :class:`eval.runner.EvalSettings` for the metrics (seed, bootstrap, maj subsets, cover τ)."""
+    :class:`eval.settings.EvalSettings` for the metrics (seed, bootstrap, maj subsets, cover τ)."""
     from tqdm.auto import tqdm
-
-    from eval.runner import CONFIG_FILE, RESULTS_FILE, compute_metrics, package_versions
 
     problems = _problems(source, settings.limit)
     out_dir.mkdir(parents=True, exist_ok=True)
