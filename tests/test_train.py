@@ -174,6 +174,8 @@ def test_killed_run_resumes_to_max_steps_with_each_step_logged_once(tmp_path, ti
     assert first["action"] == "new" and resumed["action"] == "resume" and resumed["step"] >= 4
     assert resumed["metrics_lines_dropped"] - (killed_at - resumed["step"]) in (0, 1)  # (+1: a line torn by the kill)
     assert resumed["checkpoint"].endswith(f"checkpoint-{resumed['step']}")
+    step = resumed["step"]  # the summary counts the steps this invocation trained
+    assert f"trained {12 - step} steps (resumed after step {step}, now at 12)" in res.stdout, res.stdout[-500:]
     assert "missing keys" not in res.stderr and "is_gradient_checkpointing" not in res.stderr
     # finished: a rerun is refused again, and --overwrite_output_dir starts over at step 0
     assert cli_main(["train", *_train_cmd(out, *args)[3:]]) == 2
