@@ -72,6 +72,31 @@ class ScriptArguments:
     rewards: list[str] | None = field(
         default=None, metadata={"help": "Reward names; default: the task's own reward. Weights: `reward_weights`."}
     )
+    reward_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of the rewards by name, e.g. `{math_accuracy: {fallback: last_number}}` (a JSON object "
+            "on the command line); the same settings `rlvr-div eval --reward-arg` takes."
+        },
+    )
+
+    def reward_settings(self) -> dict[str, dict[str, Any]]:
+        """``reward_kwargs`` as a mapping of reward names (each one of the run's rewards) to settings mappings."""
+        value = self.reward_kwargs
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                example = '{"math_accuracy": {"fallback": "last_number"}}'
+                raise ConfigError(f"reward_kwargs {value!r} is not a JSON object, e.g. '{example}'") from None
+        value = value or {}
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise ConfigError(
+                f"reward_kwargs must map reward names to settings, e.g. {{math_accuracy: {{fallback: last_number}}}}, "
+                f"got {value!r}"
+            )
+        return value
+
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path."})
     console_logs: bool = field(
         default=False,
@@ -293,7 +318,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     built)."""
     from rlvr_div import preflight
     from rlvr_div.models import TINY_NAME, check_model_settings, resolve_model
-    from rlvr_div.rewards import REWARDS
+    from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
@@ -308,8 +333,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     with _relative_to_cwd(script.data_path):
         spec = check_task(script.task, **options)
     rewards = script.rewards or [spec.reward]
+    settings = script.reward_settings()
+    for name in settings:
+        if name not in rewards:
+            raise ConfigError(f"reward_kwargs names {name!r}, which is not one of the run's rewards {rewards}")
     for name in rewards:
-        REWARDS.get(name)
+        get_reward(name, **settings.get(name, {}))  # unknown names and settings fail here, in one line
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     index = getattr(training, "validity_reward_index", 0)

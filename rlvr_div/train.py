@@ -142,7 +142,10 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))
     check_prompts_per_step(len(dataset), training)
-    reward_funcs = [get_reward(n) for n in (script.rewards or [get_task_spec(script.task).reward])]
+    settings = script.reward_settings()
+    reward_funcs = [
+        get_reward(n, **settings.get(n, {})) for n in (script.rewards or [get_task_spec(script.task).reward])
+    ]
     model_path = resolve_model(model.model_name_or_path, script.gguf_file)
     init_kwargs = model_init_kwargs(model, training)  # every ModelConfig setting TRL's grpo script honours
     if script.gguf_file:
