@@ -111,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div eval``; ConfigError propagates to the caller (one line, exit 2)."""
     from eval.runner import prepare, run
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+
+    def one_line(message: str) -> None:  # argparse would print the usage too; a bad value is one line here
+        raise ConfigError(f"{message} (rlvr-div eval --help lists the options)")
+
+    parser.error = one_line  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
     job = prepare(
         args.model,
         samples=args.samples,

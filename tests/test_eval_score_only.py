@@ -193,6 +193,7 @@ def test_bad_sample_input_is_one_line(tmp_path, fixtures, capsys, no_model_loads
             "given twice",
         ),  # fmt: skip
         (["--model", "base=tiny"], "needs --task"),
+        (["--model", "base=tiny", *SMALL, "--n", "8.0"], "argument --n: invalid int value: '8.0'"),
         ([], "give at least one --model"),
     ]
     for args, message in cases:
