@@ -54,7 +54,10 @@ def read_source(name: str, given: str) -> ScoredSource:
     results = sample_file.path.parent / "results.json"
     if sample_file.format == "rlvr_div" and results.is_file():
         config = json.loads(results.read_text()).get("config", {})
-        sampled_with = config.get("sampled_with") or {k: config[k] for k in _SAMPLED_KEYS if k in config}
+        if "scored_from" in config:  # scored before: carry what that run knew about the sampling
+            sampled_with = config.get("sampled_with")
+        else:
+            sampled_with = {k: config[k] for k in _SAMPLED_KEYS if k in config}
     return ScoredSource(name, given, sample_file, sampled_with)
 
 

@@ -152,7 +152,8 @@ def test_killed_run_resumes_to_max_steps_with_each_step_logged_once(tmp_path, ti
     args = ["--max_steps", "12", "--save_steps", "2"]
     proc = subprocess.Popen(_train_cmd(out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while not (out / "checkpoint-4").exists() and proc.poll() is None and time.time() < deadline:
+    # checkpoint-6 appearing means checkpoint-4 is complete (saves are sequential): the resume starts at step >= 4
+    while not (out / "checkpoint-6").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
