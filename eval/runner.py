@@ -1,4 +1,7 @@
-"""The resumable evaluation runner: sample, score, write one JSONL line per problem, then compute the metrics.
+"""The evaluation's orchestration: validate every input, sample and score each model (resumable) or score each
+sample log (:mod:`eval.score_only`), compare with the base, write the report. Its parts: :mod:`eval.settings` (what
+an evaluation depends on, and the checks on it), :mod:`eval.resume` (may earlier samples be kept),
+:mod:`eval.scoring` (a problem's record), :mod:`eval.metrics` (everything computed from the records).
 
 Per model, in ``OUTPUT/NAME/``:
 - ``config.json`` — the settings that determine the samples and the model's content fingerprint
