@@ -239,10 +239,12 @@ def field_types(*classes: type) -> dict[str, Any]:
     """The annotated type of every field of the dataclasses ``classes`` (the first class that has a key wins)."""
     out: dict[str, Any] = {}
     for cls in classes:
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # an annotation that does not resolve here: that class is not type-checked
-            continue
+        hints: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):  # base classes first: a subclass whose annotations do not resolve
+            try:  # here leaves its bases' fields checked
+                hints.update(typing.get_type_hints(klass))
+            except Exception:
+                continue
         for f in dataclasses.fields(cls):
             out.setdefault(f.name, hints.get(f.name, Any))
     return out

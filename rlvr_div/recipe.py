@@ -324,7 +324,6 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
 
     preflight.check_ranges(script, training, model)
-    preflight.check_vllm(training)
     if script.data_path and not _takes_data_path(script.task):
         readers = ", ".join(name for name in _task_names() if _takes_data_path(name))
         raise ConfigError(f"task {script.task!r} reads no data, so data_path does not apply; tasks that take a "

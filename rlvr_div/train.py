@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     _quiet_known_noise()
     script, training, model = parse_recipe(argv)
     validate(script, training, model)
+    check_vllm(training)  # here, not in validate: recipes for vLLM machines still validate where vLLM is absent
     out = training.output_dir
     start = plan_start(out, training.resume_from_checkpoint, script.overwrite_output_dir)  # every process, read-only
     state = training.distributed_state if training.world_size > 1 else None

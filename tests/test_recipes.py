@@ -229,7 +229,7 @@ def test_the_contamination_check_catches_what_the_recipes_used_to_do() -> None:
     """The math recipes trained on the shared GSM8K test file and the SQL recipes on Spider dev."""
     shared = data_roots()[0]
     reason = _contamination("gsm8k", "train", {"path": str(shared / "math/gsm8k/test.jsonl")})
-    assert "shared test data" in reason or "is evaluated on in recipes/math/" in reason  # the headers evaluate on it
+    assert "shared test data" in reason or "is evaluated on in " in reason  # the headers and docs evaluate on it
     assert "evaluation split" in _contamination("spider", "dev", {"path": str(shared / "sql/spider_dev")})
     assert _contamination("gsm8k", "train", {"path": "openai/gsm8k"}) is None
     mine = [("docs/x.md", {"task": "gsm8k", "split": "test", "options": {"path": "mine/gsm8k.jsonl"}})]
