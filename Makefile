@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-slow test-vllm lint bench bench-collapse clean
+.PHONY: install demo test test-slow test-vllm lint bench bench-smoke bench-collapse clean
 VLLM_VENV ?= .venv-vllm
 
 # torch first: on a machine without CUDA take the CPU wheel 2.13.0, so the project's torch range never resolves
@@ -47,6 +47,10 @@ bench-collapse: install
 
 bench: install
 	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# every bench script in its smallest setting (seconds each; the test suite runs the same, tests/test_bench_smoke.py)
+bench-smoke: install
+	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f --smoke || exit 1; done
 
 lint: install
 	$(BIN)/ruff check .

@@ -54,12 +54,16 @@ def time_step(trainer, inputs) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--divergences", nargs="+", default=["reverse_kl", "forward_kl", "js", "alpha"])
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="batch 16, one divergence, one alternation: does it run?")
+    args = ap.parse_args(argv)
+    warmup = 5
+    if args.smoke:
+        args.batch, args.repeats, args.divergences, warmup = 16, 1, ["js"], 0
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         stock = make_trainer("stock", tmp, args.batch)
@@ -76,7 +80,7 @@ def main() -> None:
             t.current_gradient_accumulation_steps = 1
             ours[name] = t
         for t in [stock, *ours.values()]:  # warm-up
-            for _ in range(5):
+            for _ in range(warmup):
                 time_step(t, inputs)
         times: dict[str, list[float]] = {"stock": [], **{n: [] for n in ours}}
         for _ in range(args.repeats):  # A B A B ...: each divergence next to a stock step

@@ -5,9 +5,11 @@ generation batch: sampling, rewards, then loss and backward. Stock GRPO adds a r
 DPH instead stacks a batch of stored rehearsal samples under the policy's rows in its one loss forward/backward.
 The two alternate A B A B in one run; the script prints medians and the ratio (target ≤ 1.0×) for each
 (rollouts, rehearsal samples) setting given. It builds its rehearsal set first (`rlvr-div rehearse` on `pairsum`).
-Defaults: the tiny recipe's 256 rollouts with 32 and 64 rehearsal samples, and 64 with 64.
+Defaults: the tiny recipe's 128 rollouts with 32 and 64 rehearsal samples, and 64 with 64 (a setting needs
+ROLLOUTS / 8 distinct prompts, at most the 24 of the rehearsal set's D_exp; 256 rollouts would need 32).
+``--smoke``: one setting, 64:16, one alternation, no warm-up: checks that the script runs (the test suite runs it).
 
-    .venv/bin/python bench/bench_dph_step.py [--repeats 20] [--settings 256:32 256:64 64:64]
+    .venv/bin/python bench/bench_dph_step.py [--repeats 20] [--settings 128:32 128:64 64:64] [--smoke]
 """
 
 from __future__ import annotations
@@ -46,11 +48,15 @@ def time_step(trainer, rows) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--settings", nargs="+", default=["256:32", "256:64", "64:64"], help="ROLLOUTS:REHEARSAL")
-    args = ap.parse_args()
+    ap.add_argument("--settings", nargs="+", default=["128:32", "128:64", "64:64"], help="ROLLOUTS:REHEARSAL")
+    ap.add_argument("--smoke", action="store_true", help="one small setting, one alternation: does it run?")
+    args = ap.parse_args(argv)
+    warmup = 3
+    if args.smoke:
+        args.settings, args.repeats, warmup = ["64:16"], 1, 0
     torch.manual_seed(0)
     print(f"median seconds per training step over {args.repeats} alternations")
     print("| rollouts | rehearsal samples | stock GRPO, β = 0.04 | DPH forward_kl | ratio |")
@@ -65,7 +71,7 @@ def main() -> None:
             stock = make(grpo, f"{tmp}/grpo", batch, "--beta", "0.04", "--task", "pairsum", "--learning_rate", "1e-4")
             rows = [r for r in dph.train_dataset.select(range(batch // 8)) for _ in range(8)]
             for t in (dph, stock):  # warm-up
-                for _ in range(3):
+                for _ in range(warmup):
                     time_step(t, rows)
             times: dict[str, list[float]] = {"grpo": [], "dph": []}
             for _ in range(args.repeats):

@@ -13,7 +13,7 @@ The pooled rewards start their workers first (not timed: that cost is paid once 
 cache. Both sides must agree on every score. Without the shared benchmark data, the synthetic SQL task and
 arithmetic golds stand in.
 
-    .venv/bin/python bench/bench_rewards.py [--math 10000] [--sql 2000] [--workers N]
+    .venv/bin/python bench/bench_rewards.py [--math 10000] [--sql 2000] [--workers N] [--smoke]
 """
 
 from __future__ import annotations
@@ -153,13 +153,16 @@ def timed(fn, *args):  # noqa: ANN001, ANN201
     return out, time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--math", type=int, default=10_000, help="math completions (half duplicates)")
     ap.add_argument("--sql", type=int, default=2_000, help="SQL completions")
     ap.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="100 math and 50 SQL completions, 1 worker: does it run?")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.math, args.sql, args.workers = 100, 50, 1
 
     completions, golds = math_inputs(args.math, args.seed)
     naive, t_naive = timed(naive_math, completions, golds)

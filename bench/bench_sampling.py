@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--smoke", action="store_true", help="2 prompts x 8 samples, 1 round, 1 thread: does it run?")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.prompts, args.n, args.rounds, args.threads = 2, 8, 1, 1
     if args.threads:
         torch.set_num_threads(args.threads)
 

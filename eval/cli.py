@@ -1,6 +1,7 @@
 """``rlvr-div eval`` (also ``python -m eval``): pass@k of one or more models on a task, resumable, with a report.
 
     rlvr-div eval --model base=tiny --model grpo=runs/grpo --task arith --n 64 --limit 200 --output-dir runs/eval
+    rlvr-div eval --samples base=lm_eval_base.jsonl --samples rl=verl_dump.jsonl --task gsm8k --output-dir runs/eval
 
 Every input is checked before any model loads (one ``error:`` line, exit code 2). See ``eval.runner`` for the files.
 """
@@ -40,13 +41,27 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--model",
         action="append",
-        required=True,
+        default=[],
         metavar="NAME=PATH",
-        help="a model to evaluate (repeat for several): 'tiny', a local directory (full model or LoRA adapter) or a "
-        "hub id; NAME names its output directory",
+        help="a model to sample and evaluate (repeat for several): 'tiny', a local directory (full model or LoRA "
+        "adapter) or a hub id; NAME names its output directory",
+    )
+    ap.add_argument(
+        "--samples",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="completions to score without sampling (repeat for several; mixes with --model): our samples.jsonl or "
+        "an evaluation directory holding one, lm-eval --log_samples JSONL, a verl validation dump, or plain JSONL "
+        "(prompt, completions or completion, answer); see docs/evaluation.md",
     )
     ap.add_argument("--base", default=None, help="the base model's NAME (default: 'base' if given, else the first)")
-    ap.add_argument("--task", required=True, help="a registered task (rlvr-div list)")
+    ap.add_argument(
+        "--task",
+        default=None,
+        help="a registered task (rlvr-div list); needed with --model; with --samples it supplies the verifier's "
+        "columns by problem index and the default reward",
+    )
     ap.add_argument("--split", default="test", help="task split (default: test)")
     ap.add_argument("--task-seed", type=int, default=0, help="seed of the task builder (default 0, as training)")
     ap.add_argument("--task-arg", action="append", metavar="KEY=VALUE", help="task option, e.g. data_dir=...")
@@ -83,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete the earlier samples of these models in --output-dir and sample again (needed after a model "
         "changed: a rerun resumes only when the settings and the model's files are the same)",
     )
+    ap.add_argument(
+        "--lm-eval-log",
+        action="store_true",
+        help="also write each model's samples in lm-eval's --log_samples schema (NAME/samples_lm_eval.jsonl)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     return ap
 
@@ -91,9 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div eval``; ConfigError propagates to the caller (one line, exit 2)."""
     from eval.runner import prepare, run
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+
+    def one_line(message: str) -> None:  # argparse would print the usage too; a bad value is one line here
+        raise ConfigError(f"{message} (rlvr-div eval --help lists the options)")
+
+    parser.error = one_line  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
     job = prepare(
         args.model,
+        samples=args.samples,
         task=args.task,
         output_dir=args.output_dir,
         base=args.base,
@@ -119,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         fresh=args.fresh,
     )
     results = run(job, progress=not args.quiet)
+    if args.lm_eval_log:
+        from eval.records import load_records
+        from eval.sample_formats import LM_EVAL_FILE, write_lm_eval
+
+        for name in results:
+            out = job.output_dir / name
+            write_lm_eval(load_records(out, results[name]["metrics"]["problems"]), out / LM_EVAL_FILE, job.task or "")
     for name, res in results.items():
         pk = res["metrics"]["pass_at_k"]
         shown = ", ".join(f"pass@{k}={v:.3f}" for k, v in pk.items())

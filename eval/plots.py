@@ -98,7 +98,8 @@ def plot_pass_at_k(results: Mapping[str, Mapping[str, Any]], path: Path, base: s
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
     first = results[names[0]]["config"]
-    ax.set_title(f"{first['task']} ({first['split']}): pass@k, T={first['temperature']}, top_p={first['top_p']}")
+    sampling = f", T={first['temperature']}, top_p={first['top_p']}" if "temperature" in first else ""
+    ax.set_title(f"{first.get('task') or 'samples'} ({first.get('split') or 'file'}): pass@k{sampling}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -2,7 +2,7 @@
 
 The runner appends records as problems are scored; the report and the collapse benchmark read them back. A record
 holds index, prompt, completions, extracted answers, scores, ``correct`` (score == 1), c, n, token counts and the
-problem's diversity numbers (see :func:`eval.runner.score_problem`).
+problem's diversity numbers (see :func:`eval.scoring.score_completions`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from rlvr_div.errors import ConfigError
 
 SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "results.json"
 
 
 def read_samples(path: Path, n: int | None = None) -> dict[int, dict[str, Any]]:

@@ -3,12 +3,15 @@
 - ``pass_at_k.png``: pass@k against k (log₂ axis) for every model, with ±1 bootstrap standard error bars;
 - ``accuracy_hist.png``: the distribution of the per-problem validity rate c/n, one small panel per model;
 - ``accuracy_vs_base.png`` (with two or more models): each trained model's c/n against the base's, per problem;
-- ``report.md``: the settings, tables of pass@k, maj@k, cover@τ and diversity (value ± SE), and for every trained
+- ``report.md``: the reward and its settings, how each model's completions were made (sampled here, or scored from a
+  sample log), each model's extractable-answer and truncation rates (with a plain line when nothing was extractable or
+  many completions were cut), tables of pass@k, maj@k, cover@τ and diversity (value ± SE), and for every trained
   model the k at which the base overtakes it (read from the full pass@k curve, k = 1..n, on common problems).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,10 +35,22 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def overtake_sentence(name: str, base: str, vs: Mapping[str, Any], n: int) -> str:
-    """One line saying where (whether) the base's pass@k overtakes model ``name``'s."""
+    """One line saying where (whether) the base's pass@k overtakes model ``name``'s by a material margin (at least
+    ``eval.runner.MATERIAL_PROBLEMS`` expected problems), and saying so when neither solves anything."""
+    if vs.get("both_zero"):
+        return (
+            f"- Neither `{base}` nor `{name}` solves any of the {vs.get('common_problems', '')} common problems "
+            f"(pass@k = 0 at every k ≤ {n}): this comparison says nothing."
+        )
     k = vs.get("overtake_k")
     if k is None:
-        return f"- `{base}` does not overtake `{name}` at any k ≤ {n}."
+        line = f"- `{base}` does not overtake `{name}` at any k ≤ {n} (by at least 0.5 expected problems)."
+        if vs.get("first_ahead_k") is not None:
+            line += (
+                f" It is ahead from k = {vs['first_ahead_k']} by {vs['first_ahead_gap_problems']:.2g} expected "
+                "problems there, which is noise."
+            )
+        return line
     if k == 1:
         b, m = vs["overtake_base_pass"], vs["overtake_model_pass"]
         return f"- `{base}` is ahead of `{name}` from k = 1 (pass@1 {b:.3f} vs {m:.3f})."
@@ -43,6 +58,60 @@ def overtake_sentence(name: str, base: str, vs: Mapping[str, Any], n: int) -> st
         f"- `{base}` overtakes `{name}` at k = {k} "
         f"(pass@{k}: {base} {vs['overtake_base_pass']:.3f} vs {name} {vs['overtake_model_pass']:.3f})."
     )
+
+
+def _how_made(name: str, config: Mapping[str, Any]) -> str:
+    """One line per model: sampled here (with its settings) or scored from a sample log (and how it was sampled,
+    when that log says)."""
+    if "scored_from" in config:
+        src = config["scored_from"]
+        step = f", step {src['step']}" if "step" in src else ""
+        line = f"- `{name}`: scored from {src['format']} sample log `{src['path']}` ({src['problems']} problems{step})"
+        made = config.get("sampled_with")
+        if made:
+            line += "; sampled with " + ", ".join(f"{k} {v}" for k, v in made.items() if v is not None)
+        return line + "."
+    return (
+        f"- `{name}` = {config['model_given']}: sampled here, n = {config['n']}, temperature {config['temperature']}, "
+        f"top_p {config['top_p']}, max_new_tokens {config['max_new_tokens']}, seed {config['seed']}, backend "
+        f"{config['backend']}."
+    )
+
+
+def _fraction(value: float | None) -> str:
+    return "unknown" if value is None else f"{100 * value:.1f}%"
+
+
+def answers_section(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per model: the share of completions with an extractable answer, the share truncated at the length cap, tokens
+    per completion, unjudged samples; and a plain line for each model whose pass@k cannot be read as ability."""
+    rows, notes = [], []
+    for name, res in results.items():
+        m = res["metrics"]
+        extractable, truncated = m.get("extractable_fraction"), m.get("truncated_fraction")
+        tokens = m.get("mean_completion_tokens")
+        rows.append(
+            [
+                f"`{name}`",
+                _fraction(extractable),
+                _fraction(truncated),
+                "unknown" if tokens is None else f"{tokens:.1f}",
+                str(m["unjudged_samples"]),
+            ]
+        )
+        if extractable == 0:
+            notes.append(
+                f"- **No answer was extractable** from any completion of `{name}`: its scores measure the answer "
+                "format, not the answers. Check what the reward expects (its settings are above)."
+            )
+        if truncated is not None and truncated >= 0.1:
+            notes.append(
+                f"- {_fraction(truncated)} of `{name}`'s completions stopped at the length cap: raise "
+                "--max-new-tokens before reading its pass@k."
+            )
+    lines = ["", "## Answers and lengths", ""]
+    lines += _table(["model", "answer extracted", "truncated", "tokens/completion", "unjudged"], rows)
+    return lines + ([""] + notes if notes else [])
 
 
 def difficulty_section(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -67,7 +136,8 @@ def difficulty_section(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str) -> Path:
     """Write ``report.md`` and the plots into ``output_dir``; returns the report's path."""
     first = results[next(iter(results))]["config"]
-    lines = [f"# pass@k evaluation: task `{first['task']}` ({first['split']} split)", ""]
+    task = f"task `{first['task']}` ({first['split']} split)" if first.get("task") else "completions from sample logs"
+    lines = [f"# pass@k evaluation: {task}", ""]
     lines += report_sections(output_dir, results, base)
     path = Path(output_dir) / REPORT
     path.write_text("\n".join(lines))
@@ -91,16 +161,17 @@ def report_sections(
     if len(names) > 1:
         plot_accuracy_vs_base(accuracy, output_dir / SCATTER_PLOT, base)
 
+    settings = json.dumps(first.get("reward_settings") or {}, sort_keys=True)
     lines = [
-        f"Settings: n = {first['n']} samples per problem, temperature {first['temperature']}, top_p {first['top_p']}, "
-        f"max_new_tokens {first['max_new_tokens']}, seed {first['seed']}, reward `{first['reward']}`, "
-        f"backend {first['backend']}. Base: `{base}`. Values are means over problems ± bootstrap standard error.",
+        f"Reward `{first['reward']}` with settings `{settings}`. Base: `{base}`. Values are means over problems "
+        "± bootstrap standard error.",
         "",
-        "Models: " + ", ".join(f"`{n}` = {results[n]['config']['model_given']}" for n in names),
+        "Models:",
         "",
-        "## pass@k (unbiased estimator)",
-        "",
+        *[_how_made(n, results[n]["config"]) for n in names],
     ]
+    lines += answers_section(results)
+    lines += ["", "## pass@k (unbiased estimator)", ""]
     ks = sorted({int(k) for n in names for k in results[n]["metrics"]["pass_at_k"]})
     rows = []
     for n in names:
@@ -143,7 +214,7 @@ def report_sections(
                 _pm(d["answer_entropy"], s["answer_entropy"]),
                 _pm(d["correct_answer_entropy"], s["correct_answer_entropy"]),
                 lost,
-                f"{m['mean_completion_tokens']:.1f}",
+                "unknown" if m["mean_completion_tokens"] is None else f"{m['mean_completion_tokens']:.1f}",
             ]
         )
     lines += _table(
@@ -166,7 +237,7 @@ def report_sections(
     for n in others:
         vs = results[n]["metrics"]["vs_base"]
         lines.append(overtake_sentence(n, base, vs, results[n]["metrics"]["n"]))
-        if vs["base_solved"]:
+        if vs["base_solved"] and not vs.get("both_zero"):
             lines.append(
                 f"  `{n}` no longer solves {vs['lost']} of the {vs['base_solved']} problems `{base}` solves "
                 f"({100 * vs['lost_fraction']:.1f}%) and newly solves {vs['gained']}."

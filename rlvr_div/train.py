@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 
@@ -142,7 +143,10 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))
     check_prompts_per_step(len(dataset), training)
-    reward_funcs = [get_reward(n) for n in (script.rewards or [get_task_spec(script.task).reward])]
+    settings = script.reward_settings()
+    reward_funcs = [
+        get_reward(n, **settings.get(n, {})) for n in (script.rewards or [get_task_spec(script.task).reward])
+    ]
     model_path = resolve_model(model.model_name_or_path, script.gguf_file)
     init_kwargs = model_init_kwargs(model, training)  # every ModelConfig setting TRL's grpo script honours
     if script.gguf_file:
@@ -290,10 +294,15 @@ def _interrupted(trainer: Any, training: Any, argv: list[str], top_level: bool) 
     return f"{where}; {saved}; to continue: {resume_command(argv, training.world_size > 1)}"
 
 
-def _summary(trainer: Any, out_dir: str, runtime: float | None) -> str:
-    """One line after a finished run: steps, time, the last rewards, where the outputs are."""
+def _summary(trainer: Any, out_dir: str, runtime: float | None, first_step: int = 0) -> str:
+    """One line after a finished run: the steps trained by this invocation (``first_step``: the step a resume started
+    after), time, the last rewards, where the outputs are."""
     rewards = [x["reward"] for x in trainer.state.log_history if "reward" in x][-10:]
-    parts = [f"trained {trainer.state.global_step} steps" + (f" in {runtime:.0f} s" if runtime is not None else "")]
+    now = trainer.state.global_step
+    steps = f"trained {now - first_step} steps"
+    if first_step:
+        steps += f" (resumed after step {first_step}, now at {now})"
+    parts = [steps + (f" in {runtime:.0f} s" if runtime is not None else "")]
     if rewards:
         parts.append(f"mean reward of the last {len(rewards)} logged steps {sum(rewards) / len(rewards):.3f}")
     return f"{'; '.join(parts)}; model, recipe.yaml and {METRICS} in {out_dir}"
@@ -307,6 +316,7 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     _quiet_known_noise()
     script, training, model = parse_recipe(argv)
     validate(script, training, model)
+    check_vllm(training)  # here, not in validate: recipes for vLLM machines still validate where vLLM is absent
     out = training.output_dir
     start = plan_start(out, training.resume_from_checkpoint, script.overwrite_output_dir)  # every process, read-only
     state = training.distributed_state if training.world_size > 1 else None
@@ -317,6 +327,10 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     if state is not None:
         state.wait_for_everyone()
     training.resume_from_checkpoint = None
+    if script.threads is not None:
+        import torch
+
+        torch.set_num_threads(script.threads)
     trainer = build_trainer(script, training, model, callbacks)
     main_process = trainer.accelerator.is_main_process
     if main_process:
@@ -335,7 +349,7 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
         _close_step_bar(trainer)
         raise KeyboardInterrupt(_interrupted(trainer, training, argv, top_level)) from None
     if main_process:
-        print(_summary(trainer, out, result.metrics.get("train_runtime")))
+        print(_summary(trainer, out, result.metrics.get("train_runtime"), start.step if start.checkpoint else 0))
     if state is not None:  # leave together: a process that exits with its group alive can abort in teardown (gloo)
         state.wait_for_everyone()
         state.destroy_process_group()

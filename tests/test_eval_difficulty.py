@@ -13,6 +13,7 @@ import pytest
 from bird_fixture import DEV, make_bird_dir
 
 from eval import runner
+from eval.diversity import PER_PROBLEM_KEYS
 from eval.runner import compute_metrics, prepare, run
 from rlvr_div.sampling import PromptSamples
 
@@ -71,7 +72,7 @@ def test_bird_eval_reports_accuracy_per_difficulty(tmp_path: Path, monkeypatch: 
 def test_tasks_without_difficulty_have_no_such_section(tmp_path: Path) -> None:
     records = [
         {"index": i, "n": 2, "c": c, "answers": ["a", "b"], "correct": [c > 0, c > 1], "scores": [1.0, 0.0]}
-        | {k: 0.0 for k in runner.PER_PROBLEM_KEYS}
+        | {k: 0.0 for k in PER_PROBLEM_KEYS}
         for i, c in enumerate([0, 1, 2])
     ]
     settings = runner.EvalSettings(model="tiny", adapter=None, task="arith", n=2, bootstrap=10, maj_subsets=5)

@@ -152,7 +152,8 @@ def test_killed_run_resumes_to_max_steps_with_each_step_logged_once(tmp_path, ti
     args = ["--max_steps", "12", "--save_steps", "2"]
     proc = subprocess.Popen(_train_cmd(out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while not (out / "checkpoint-4").exists() and proc.poll() is None and time.time() < deadline:
+    # checkpoint-6 appearing means checkpoint-4 is complete (saves are sequential): the resume starts at step >= 4
+    while not (out / "checkpoint-6").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
@@ -174,6 +175,8 @@ def test_killed_run_resumes_to_max_steps_with_each_step_logged_once(tmp_path, ti
     assert first["action"] == "new" and resumed["action"] == "resume" and resumed["step"] >= 4
     assert resumed["metrics_lines_dropped"] - (killed_at - resumed["step"]) in (0, 1)  # (+1: a line torn by the kill)
     assert resumed["checkpoint"].endswith(f"checkpoint-{resumed['step']}")
+    step = resumed["step"]  # the summary counts the steps this invocation trained
+    assert f"trained {12 - step} steps (resumed after step {step}, now at 12)" in res.stdout, res.stdout[-500:]
     assert "missing keys" not in res.stderr and "is_gradient_checkpointing" not in res.stderr
     # finished: a rerun is refused again, and --overwrite_output_dir starts over at step 0
     assert cli_main(["train", *_train_cmd(out, *args)[3:]]) == 2

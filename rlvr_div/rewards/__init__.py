@@ -18,7 +18,14 @@ REWARDS: Registry[Callable[..., Reward]] = Registry(
 
 
 def get_reward(name: str, **settings: Any) -> Reward:
-    """Build the reward registered as ``name`` with ``settings`` (unknown settings raise :class:`ConfigError`)."""
+    """Build the reward registered as ``name`` with ``settings`` (unknown settings raise :class:`ConfigError`).
+
+    ``package.module:attribute`` names a reward outside the registry (:func:`rlvr_div.rewards.custom.import_reward`):
+    a :class:`Reward` subclass or factory, or a plain TRL reward function."""
+    if ":" in name:
+        from rlvr_div.rewards.custom import import_reward
+
+        return import_reward(name, **settings)
     factory = REWARDS.get(name)
     try:
         return factory(**settings)

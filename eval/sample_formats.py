@@ -1,0 +1,262 @@
+"""Completions made elsewhere, read back for scoring: four sample-log formats, one shape.
+
+``rlvr-div eval --samples NAME=FILE`` scores completions that already exist instead of sampling them. A file (or a
+directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, one per problem, whatever wrote it:
+
+- ``rlvr_div`` — our own ``samples.jsonl`` (a line per problem with ``index``, ``prompt``, ``completions`` and the
+  verifier ``columns``; see :mod:`eval.records`).
+- ``lm_eval`` — lm-evaluation-harness ``--log_samples`` JSONL: a line per document (and per filter) with ``doc_id``,
+  ``doc``, ``target``, ``arguments`` (the rendered prompt as ``arguments.gen_args_0.arg_0``, or ``[[prompt,
+  kwargs]]`` in older versions) and ``resps`` (``[[completion, ...]]``: the raw generations; ``filtered_resps`` are
+  the filter's extracted answers, not completions, and are not read). Lines repeated per filter are read once.
+- ``verl`` — verl's validation dumps (``trainer.validation_data_dir``): a line per sample with ``input`` (the rendered
+  prompt), ``output``, ``gts`` (ground truth), ``score`` and ``step``; lines are grouped by ``input`` in file order;
+  with several ``step`` values the last one is read.
+- ``plain`` — a line per problem ``{"prompt": ..., "completions": [...]}`` or a line per sample ``{"prompt": ...,
+  "completion": ...}`` (grouped by prompt in file order), with the verifier's fields (``answer``, ``target``, …) and
+  optionally ``index``.
+
+The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them, else
+the order of first appearance. Nothing here scores: :mod:`eval.score_only` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.records import SAMPLES_FILE
+from rlvr_div.errors import ConfigError
+
+FORMATS = ("rlvr_div", "lm_eval", "verl", "plain")
+LM_EVAL_FILE = "samples_lm_eval.jsonl"  # --lm-eval-log: a model's samples in lm-eval's schema
+
+
+@dataclass
+class ProblemCompletions:
+    """One problem's completions as a sample log holds them.
+
+    ``fields``: the problem's own values by name (our ``columns``, lm-eval's ``doc``, a plain line's extra keys);
+    ``gold``: the format's single reference answer (verl ``gts``, lm-eval ``target``, plain ``answer``), used for a
+    one-column reward when ``fields`` and the task do not give that column; ``num_tokens``/``finish_reasons``: when
+    the file records them (only our own format does)."""
+
+    index: int
+    prompt: Any
+    completions: list[str]
+    prompt_text: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    gold: Any = None
+    num_tokens: list[int] | None = None
+    finish_reasons: list[str] | None = None
+
+
+@dataclass
+class SampleFile:
+    """A read sample log: its path, format, problems by index, and (verl) the step read."""
+
+    path: Path
+    format: str
+    problems: list[ProblemCompletions]
+    step: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": str(self.path), "format": self.format, "problems": len(self.problems)}
+        if self.step is not None:
+            out["step"] = self.step
+        return out
+
+
+def resolve_sample_path(text: str) -> Path:
+    """A ``--samples`` path: a JSONL file, or an evaluation directory holding ``samples.jsonl``."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / SAMPLES_FILE).is_file():
+            raise ConfigError(f"--samples directory {text!r} holds no {SAMPLES_FILE}; give the JSONL file itself")
+        return path / SAMPLES_FILE
+    if not path.is_file():
+        raise ConfigError(f"--samples file {text!r} does not exist")
+    return path
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{path}:{lineno} is not a JSON object")
+        out.append(obj)
+    if not out:
+        raise ConfigError(f"sample file {str(path)!r} is empty")
+    return out
+
+
+def detect_format(first: dict[str, Any], path: Path) -> str:
+    """The format of a sample log from the keys of its first line (see the module docstring)."""
+    keys = set(first)
+    if {"index", "completions", "columns"} <= keys:
+        return "rlvr_div"
+    if {"doc_id", "resps"} <= keys:
+        return "lm_eval"
+    if {"input", "output"} <= keys:
+        return "verl"
+    if "prompt" in keys and ({"completions", "completion"} & keys):
+        return "plain"
+    raise ConfigError(
+        f"{path}: cannot tell the sample format from its keys {sorted(keys)[:8]}; expected our samples.jsonl "
+        "(index, completions, columns), lm-eval --log_samples (doc_id, resps), verl dumps (input, output) or plain "
+        "JSONL (prompt, completions or completion)"
+    )
+
+
+def read_sample_file(text: str) -> SampleFile:
+    """Read any supported sample log (:data:`FORMATS`) into problems sorted by index; one-line errors."""
+    path = resolve_sample_path(text)
+    lines = _lines(path)
+    fmt = detect_format(lines[0], path)
+    step = None
+    if fmt == "rlvr_div":
+        problems = [_from_ours(obj, path) for obj in lines]
+    elif fmt == "lm_eval":
+        problems = _from_lm_eval(lines, path)
+    elif fmt == "verl":
+        problems, step = _from_verl(lines, path)
+    else:
+        problems = _from_plain(lines, path)
+    problems.sort(key=lambda p: p.index)
+    seen: set[int] = set()
+    for p in problems:
+        if p.index in seen:
+            raise ConfigError(f"{path}: problem index {p.index} appears twice")
+        seen.add(p.index)
+        if not p.completions:
+            raise ConfigError(f"{path}: problem {p.index} has no completions")
+    return SampleFile(path, fmt, problems, step)
+
+
+def _strings(values: Iterable[Any], path: Path, where: str) -> list[str]:
+    out = list(values)
+    if not all(isinstance(c, str) for c in out):
+        raise ConfigError(f"{path}: {where} must be a list of strings (completions)")
+    return out
+
+
+def _from_ours(obj: dict[str, Any], path: Path) -> ProblemCompletions:
+    return ProblemCompletions(
+        index=int(obj["index"]),
+        prompt=obj.get("prompt"),
+        completions=_strings(obj["completions"], path, f"problem {obj['index']}'s completions"),
+        prompt_text=obj.get("prompt_text"),
+        fields=dict(obj.get("columns") or {}),
+        num_tokens=obj.get("num_tokens"),
+        finish_reasons=obj.get("finish_reasons"),
+    )
+
+
+def _lm_eval_prompt(arguments: Any) -> str | None:
+    """The rendered prompt of an lm-eval sample line: ``{"gen_args_0": {"arg_0": text, ...}}`` or ``[[text, ...]]``."""
+    if isinstance(arguments, dict) and arguments:
+        first = arguments.get("gen_args_0", next(iter(arguments.values())))
+        if isinstance(first, dict):
+            return first.get("arg_0")
+    if isinstance(arguments, list) and arguments and isinstance(arguments[0], list) and arguments[0]:
+        return arguments[0][0]
+    return None
+
+
+def _from_lm_eval(lines: list[dict[str, Any]], path: Path) -> list[ProblemCompletions]:
+    out: dict[int, ProblemCompletions] = {}
+    for obj in lines:
+        index = int(obj["doc_id"])
+        if index in out:  # the same document logged once per filter: the raw generations are the same
+            continue
+        resps = obj["resps"]
+        if not isinstance(resps, list) or not resps:
+            raise ConfigError(f"{path}: doc_id {index} has no resps")
+        flat = [c for group in resps for c in (group if isinstance(group, list) else [group])]
+        text = _lm_eval_prompt(obj.get("arguments"))
+        doc = obj.get("doc") if isinstance(obj.get("doc"), dict) else {}
+        out[index] = ProblemCompletions(
+            index=index,
+            prompt=text,
+            prompt_text=text,
+            completions=_strings(flat, path, f"doc_id {index}'s resps"),
+            fields=dict(doc),
+            gold=obj.get("target"),
+        )
+    return list(out.values())
+
+
+def _from_verl(lines: list[dict[str, Any]], path: Path) -> tuple[list[ProblemCompletions], Any]:
+    steps = [obj.get("step") for obj in lines]
+    step = steps[-1]
+    groups: dict[str, ProblemCompletions] = {}
+    for obj in lines:
+        if obj.get("step") != step:
+            continue
+        prompt = obj["input"]
+        if prompt not in groups:
+            groups[prompt] = ProblemCompletions(
+                index=len(groups), prompt=prompt, prompt_text=prompt, completions=[], gold=obj.get("gts")
+            )
+        elif obj.get("gts") != groups[prompt].gold:
+            raise ConfigError(f"{path}: two samples of the same input have different gts; cannot group them")
+        groups[prompt].completions += _strings([obj["output"]], path, "output")
+    return list(groups.values()), step
+
+
+def _from_plain(lines: list[dict[str, Any]], path: Path) -> list[ProblemCompletions]:
+    groups: dict[str, ProblemCompletions] = {}
+    for lineno, obj in enumerate(lines, 1):
+        key = json.dumps(obj["prompt"], sort_keys=True) if "index" not in obj else f"#{obj['index']}"
+        extra = {k: v for k, v in obj.items() if k not in ("prompt", "completions", "completion", "index")}
+        if "completions" in obj:
+            if not isinstance(obj["completions"], list):
+                raise ConfigError(f"{path}:{lineno}: completions must be a list of strings")
+            new = _strings(obj["completions"], path, f"line {lineno}'s completions")
+        else:
+            new = _strings([obj["completion"]], path, f"line {lineno}'s completion")
+        if key not in groups:
+            index = int(obj["index"]) if "index" in obj else len(groups)
+            text = obj["prompt"] if isinstance(obj["prompt"], str) else None
+            groups[key] = ProblemCompletions(index, obj["prompt"], [], text, extra, obj.get("answer"))
+        groups[key].completions += new
+    return list(groups.values())
+
+
+# --------------------------------------------------------------------------------------------- writing lm-eval's
+
+
+def to_lm_eval(record: dict[str, Any], task: str) -> dict[str, Any]:
+    """One of our ``samples.jsonl`` records in lm-eval's ``--log_samples`` schema: ``doc_id``, ``doc`` (the
+    verifier columns), ``target``, ``arguments`` (the rendered prompt), ``resps`` (the completions), ``filtered_resps``
+    (the extracted answers) and ``acc`` (the fraction correct, c/n)."""
+    columns = record.get("columns") or {}
+    prompt = record.get("prompt_text") or (record["prompt"] if isinstance(record["prompt"], str) else "")
+    return {
+        "doc_id": record["index"],
+        "doc": {"prompt": record["prompt"], **columns},
+        "target": next(iter(columns.values()), None) if len(columns) == 1 else columns,
+        "arguments": {"gen_args_0": {"arg_0": prompt, "arg_1": {}}},
+        "resps": [list(record["completions"])],
+        "filtered_resps": [a if a is not None else "[invalid]" for a in record["answers"]],
+        "filter": "rlvr_div",
+        "metrics": ["acc"],
+        "acc": record["c"] / record["n"],
+        "task_name": task,
+    }
+
+
+def write_lm_eval(records: Sequence[dict[str, Any]], path: Path, task: str) -> None:
+    """Write ``records`` (ours) as an lm-eval ``--log_samples`` JSONL file."""
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(to_lm_eval(record, task), ensure_ascii=False, default=str) + "\n")

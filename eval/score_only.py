@@ -1,0 +1,165 @@
+"""Score-only evaluation: completions read from a sample log (``--samples NAME=FILE``), scored, measured, reported.
+
+No model is loaded. Each problem's completions are scored with the run's reward and its settings by the same
+function that scores sampled completions (:func:`eval.scoring.score_completions`), written to ``OUT/NAME/
+samples.jsonl`` in our format, and measured by the same :func:`eval.metrics.compute_metrics`: a file and a sampled run
+holding the same completions give the same numbers. A scored source can be the base or any compared model, beside
+sampled ones.
+
+The verifier's columns of a problem come, in this order, from: the file's own values of those columns (our
+``columns``, a plain line's keys); the task's row of the same index (``--task``; formats that carry an index: ours,
+lm-eval's ``doc_id``, plain lines with ``index``); lm-eval's ``doc``; the format's single reference answer (verl
+``gts``, lm-eval ``target``, plain ``answer``) when the reward reads one column. A problem for which none gives a
+column is a one-line error before anything is scored.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.metrics import compute_metrics, package_versions
+from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, write_json
+from eval.resume import CONFIG_FILE
+from eval.sample_formats import SampleFile, read_sample_file
+from eval.scoring import score_completions
+from rlvr_div.errors import ConfigError
+
+SCORED_FILE = "scored_from.json"  # in OUT/NAME: where the scored completions came from (instead of config.json)
+_INDEXED = ("rlvr_div", "lm_eval", "plain")
+# what a sampled run's config says about how the completions were made, carried into a re-scored run's results
+_SAMPLED_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "seed", "backend", "chat_template")
+
+
+@dataclass
+class ScoredSource:
+    """One ``--samples NAME=FILE``: the sample log read, and (our own format) the settings it was sampled with."""
+
+    name: str
+    given: str
+    file: SampleFile
+    sampled_with: dict[str, Any] | None = None
+
+
+def read_source(name: str, given: str) -> ScoredSource:
+    """Read ``given`` (a sample log, or an evaluation directory) for ``--samples NAME=...``; one-line errors."""
+    try:
+        sample_file = read_sample_file(given)
+    except ConfigError as e:
+        raise ConfigError(f"--samples {name}: {e}") from None
+    sampled_with = None
+    results = sample_file.path.parent / "results.json"
+    if sample_file.format == "rlvr_div" and results.is_file():
+        config = json.loads(results.read_text()).get("config", {})
+        if "scored_from" in config:  # scored before: carry what that run knew about the sampling
+            sampled_with = config.get("sampled_with")
+        else:
+            sampled_with = {k: config[k] for k in _SAMPLED_KEYS if k in config}
+    return ScoredSource(name, given, sample_file, sampled_with)
+
+
+def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: str) -> dict[str, Any]:
+    """The verifier's columns of one problem (see the module docstring for the order of sources)."""
+    out: dict[str, Any] = {}
+    for column in reward.columns:
+        if fmt in ("rlvr_div", "plain") and column in problem.fields:
+            out[column] = problem.fields[column]
+        elif row is not None and column in row:
+            out[column] = row[column]
+        elif column in problem.fields:
+            out[column] = problem.fields[column]
+        elif len(reward.columns) == 1 and problem.gold is not None:
+            out[column] = problem.gold
+        else:
+            raise ConfigError(
+                f"problem {problem.index} gives no value for the reward's column {column!r}: add it to the file, or "
+                "pass --task so it is read from the task's row of the same index"
+            )
+    return out
+
+
+def check_columns(source: ScoredSource, reward: Any, dataset: Any, limit: int | None) -> None:
+    """Every problem of ``source`` (the first ``limit``) has the reward's columns and, where it is matched by index,
+    a task row; before anything is scored."""
+    for problem in _problems(source, limit):
+        problem_columns(problem, reward, _row(source, dataset, problem.index), source.file.format)
+
+
+def _problems(source: ScoredSource, limit: int | None) -> list[Any]:
+    problems = source.file.problems
+    return problems if limit is None else problems[:limit]
+
+
+def _row(source: ScoredSource, dataset: Any, index: int) -> dict[str, Any] | None:
+    if dataset is None or source.file.format not in _INDEXED:
+        return None
+    if not 0 <= index < len(dataset):
+        raise ConfigError(
+            f"--samples {source.name}: problem index {index} is not a row of the task ({len(dataset)} rows); "
+            "pass the task and split the completions were made for"
+        )
+    return dataset[index]
+
+
+def score_source(
+    source: ScoredSource,
+    reward: Any,
+    dataset: Any,
+    out_dir: Path,
+    settings: Any,
+    task: str | None,
+    split: str | None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Score every problem of ``source`` (the first ``settings.limit``), write ``out_dir/samples.jsonl`` (replacing
+    what was there) and ``results.json``, and return the results. ``settings``: an
+    :class:`eval.settings.EvalSettings` for the metrics (seed, bootstrap, maj subsets, cover τ)."""
+    from tqdm.auto import tqdm
+
+    problems = _problems(source, settings.limit)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    records = []
+    tmp = out_dir / (SAMPLES_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        for p in tqdm(problems, desc=f"{source.name}: scoring", disable=not progress, mininterval=0.5):
+            columns = problem_columns(p, reward, _row(source, dataset, p.index), source.file.format)
+            record = score_completions(
+                p.index, p.prompt, columns, p.completions, reward, p.num_tokens, p.finish_reasons, p.prompt_text
+            )
+            append_line(f, record)
+            records.append(record)
+    (out_dir / CONFIG_FILE).unlink(missing_ok=True)  # these samples were not made by a sampling run into out_dir
+    tmp.replace(out_dir / SAMPLES_FILE)
+    config = {
+        "name": source.name,
+        "model_given": source.given,
+        "scored_from": source.file.describe(),
+        "sampled_with": source.sampled_with,
+        "task": task,
+        "split": split,
+        "limit": settings.limit,
+        "reward": settings.reward,
+        "reward_settings": settings.reward_settings,
+        "n": min(r["n"] for r in records),
+        "seed": settings.seed,
+        "bootstrap": settings.bootstrap,
+        "maj_subsets": settings.maj_subsets,
+        "cover_taus": list(settings.cover_taus),
+        "versions": package_versions(),
+    }
+    write_json(out_dir / SCORED_FILE, config["scored_from"])
+    results = {
+        "config": config,
+        "metrics": compute_metrics(records, settings),
+        "timing": {
+            "problems_scored": len(records),
+            "scoring_seconds": round(time.perf_counter() - t0, 3),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    }
+    write_json(out_dir / RESULTS_FILE, results)
+    return results

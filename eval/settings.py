@@ -1,0 +1,181 @@
+"""Evaluation settings and the checks on them: which model (``--model NAME=PATH``), how it is sampled, on which
+device, with which dtype and backend. Nothing here loads a model."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.sampling import BACKENDS, SamplingConfig, vllm_available
+
+DEFAULT_TAUS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Settings that determine the samples: a resumed run must match them (batch_size, device, limit may change).
+SAMPLE_KEYS = (
+    "model",
+    "adapter",
+    "task",
+    "split",
+    "task_seed",
+    "task_options",
+    "reward",
+    "reward_settings",
+    "n",
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "seed",
+    "chat_template",
+    "backend",
+    "dtype",
+)
+
+
+@dataclass
+class ModelRef:
+    """One ``--model NAME=PATH``: ``model`` is the reference to load (``tiny``, an absolute local path or a hub
+    id); for a LoRA adapter directory ``adapter`` is its absolute path, ``model`` its base and ``revision`` the
+    base's hub revision the adapter records (None: the default branch)."""
+
+    name: str
+    given: str
+    model: str
+    adapter: str | None = None
+    revision: str | None = None
+
+
+@dataclass
+class EvalSettings:
+    """Everything one evaluation of one model depends on (the ``config`` block of ``results.json``)."""
+
+    model: str
+    adapter: str | None
+    task: str
+    split: str = "test"
+    task_seed: int = 0
+    task_options: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None
+    reward: str = ""
+    reward_settings: dict[str, Any] = field(default_factory=dict)
+    n: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0
+    batch_size: int = 256
+    chat_template: bool | None = None
+    backend: str = "hf"
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int | None = None
+    cover_taus: tuple[float, ...] = DEFAULT_TAUS
+    maj_subsets: int = 200
+    bootstrap: int = 1000
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            chat_template=self.chat_template,
+        )
+
+    def sample_key(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: d[k] for k in SAMPLE_KEYS}
+
+
+def parse_model_arg(text: str, flag: str = "--model") -> tuple[str, str]:
+    """``NAME=PATH`` → (NAME, PATH); NAME becomes a directory name, so letters, digits, ``._-`` only."""
+    name, sep, path = text.partition("=")
+    example = "--model base=tiny" if flag == "--model" else "--samples rl=samples.jsonl"
+    if not sep or not name or not path:
+        raise ConfigError(f"{flag} {text!r} is not NAME=PATH (e.g. {example})")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"{flag} name {name!r} must use letters, digits, '.', '_' or '-' (it names a directory)")
+    return name, path
+
+
+def resolve_model_ref(name: str, path: str) -> ModelRef:
+    """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
+    from rlvr_div.models import adapter_base, adapter_revision, resolve_model
+
+    p = Path(path).expanduser()
+    try:
+        base = adapter_base(p) if p.is_dir() else None
+    except ConfigError as e:
+        raise ConfigError(f"model {name}: {e}") from None
+    if base is not None:
+        base_path = _normalise(resolve_model(base, build=False))
+        return ModelRef(name, path, base_path, str(p.resolve()), adapter_revision(p))
+    return ModelRef(name, path, _normalise(resolve_model(path, build=False)))
+
+
+def _normalise(ref: str) -> str:
+    p = Path(ref).expanduser()
+    return str(p.resolve()) if p.exists() else ref
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` → bfloat16 on a GPU that supports it, else float32."""
+    if dtype != "auto":
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
+        return dtype
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``torch.set_num_threads(threads)`` (None: unchanged), restoring the previous count afterwards.
+
+    On a CPU shared with other jobs, one thread per process avoids OpenMP workers spinning against each other."""
+    import torch
+
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend {backend!r} is unknown; known: {', '.join(BACKENDS)}")
+    if backend == "vllm" and not vllm_available():
+        raise ConfigError("--backend vllm needs the vllm package, which is not importable here; use --backend hf")
+
+
+def check_device(device: str) -> None:
+    """A CUDA device needs a CUDA build of torch with a visible GPU; one line otherwise (not torch's assertion)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        build = "a CPU build of torch" if torch.version.cuda is None else "no visible CUDA device"
+        raise ConfigError(f"--device {device} but this machine has {build}; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
+        raise ConfigError(f"--device {device!r} is not cpu, cuda, cuda:N or mps")

@@ -1,0 +1,32 @@
+"""Every bench/ script runs (its `--smoke` mode: the smallest setting, one repetition), so a new check in the code it
+drives cannot break a benchmark unnoticed. The numbers a smoke run prints mean nothing; only that it finishes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("bench_*.py"))
+
+
+def _load(name: str):  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location(f"bench_smoke_{name[:-3]}", BENCH / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_script_has_a_smoke_mode():
+    assert SCRIPTS == ["bench_divergence_step.py", "bench_dph_step.py", "bench_rewards.py", "bench_sampling.py"]
+    for name in SCRIPTS:
+        assert "--smoke" in (BENCH / name).read_text(), name
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys):
+    _load(name).main(["--smoke"])
+    out = capsys.readouterr().out
+    assert out.strip(), f"{name} printed nothing"
