@@ -20,7 +20,13 @@ def _load(name: str):  # noqa: ANN202
 
 
 def test_every_script_has_a_smoke_mode():
-    assert SCRIPTS == ["bench_divergence_step.py", "bench_dph_step.py", "bench_rewards.py", "bench_sampling.py"]
+    assert SCRIPTS == [
+        "bench_divergence_step.py",
+        "bench_dph_step.py",
+        "bench_rewards.py",
+        "bench_sampled_vs_exact.py",
+        "bench_sampling.py",
+    ]
     for name in SCRIPTS:
         assert "--smoke" in (BENCH / name).read_text(), name
 

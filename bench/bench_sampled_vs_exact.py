@@ -1,7 +1,7 @@
 """Sampled against exact validity along a training run (issue 23, item 8): are the rollouts' logged validity and the
 exact μ of the policy that drew them the same number, within sampling error?
 
-    python bench/sampled_vs_exact.py [--steps 20] [--seeds 1 2 3] [--out runs/sampled_vs_exact]
+    python bench/bench_sampled_vs_exact.py [--steps 20] [--seeds 1 2 3] [--out runs/sampled_vs_exact] [--smoke]
 
 Stock GRPO on the collapse benchmark's `pairsum` setting (12 prompts x 8 rollouts per step, learning rate 3e-4, T = 1)
 with the training prompts measured exactly (teacher forcing every valid answer) after *every* step. The rollouts of
@@ -16,17 +16,21 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import tempfile
 from pathlib import Path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from collapse_bench.sampled_vs_exact import sampled_and_exact
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--out", default="runs/sampled_vs_exact")
-    args = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="2 steps, seed 1: that it runs, not a measurement")
+    args = p.parse_args(argv)
+    if args.smoke:  # into a temporary directory, not the checkout
+        args.steps, args.seeds, args.out = 2, [1], tempfile.mkdtemp(prefix="sampled_vs_exact_")
     diffs = []
     for seed in args.seeds:
         pairs, _ = sampled_and_exact(args.steps, seed, Path(args.out) / f"seed{seed}")
