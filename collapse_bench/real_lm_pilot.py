@@ -108,7 +108,7 @@ def report(results: dict) -> str:
         "non-canonical mass are from the samples (± 1 standard error).",
         "",
         "| split | model | prompts | exact μ | sampled validity | non-canonical mass | KL(p*‖π_v) | KL(u‖π_v) "
-        "| effective answers (of |V|) | cov@16 |",
+        "| effective answers (of valid) | cov@16 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for split, by_model in results["splits"].items():
@@ -118,7 +118,8 @@ def report(results: dict) -> str:
                 f"| {split} | {name} | {len(r['per_prompt'])} | {s['mu'][0]:.3f} ± {s['mu'][1]:.3f} "
                 f"| {sm['sampled_validity']:.3f} ± {sm['sampled_validity_se']:.3f} "
                 f"| {sm['noncanonical_mass']:.4f} ± {sm['noncanonical_mass_se']:.4f} "
-                f"| {s['kl_pstar'][0]:.3f} ± {s['kl_pstar'][1]:.3f} | {s['kl_uniform'][0]:.3f} ± {s['kl_uniform'][1]:.3f} "
+                f"| {s['kl_pstar'][0]:.3f} ± {s['kl_pstar'][1]:.3f} "
+                f"| {s['kl_uniform'][0]:.3f} ± {s['kl_uniform'][1]:.3f} "
                 f"| {s['effective_answers'][0]:.1f} (of {s['n_valid'][0]:.1f}) | {s['cov@16'][0]:.3f} |"
             )
     lines.append("")
@@ -126,6 +127,10 @@ def report(results: dict) -> str:
         f"{r:.2f}" for r in results["train"]["reward_by_step"]
     ))  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = json.loads(json.dumps(__import__("yaml").safe_load(Path(RECIPE).read_text())))
     results: dict[str, Any] = {
         "command": "python -m collapse_bench.real_lm_pilot " + " ".join(argv if argv is not None else []),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": _commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, {args.threads} torch threads",
         "train": {
             "steps": state["global_step"],
