@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/real_lm/pilot")
     ap.add_argument("--prompts", type=int, default=16, help="prompts measured per split (the first of each)")
     ap.add_argument("--samples", type=int, default=32, help="samples per prompt for the non-canonical mass")
+    ap.add_argument("--adapter", default=None, help="measure this adapter (e.g. a checkpoint of the run), no training")
+    ap.add_argument("--splits", default="train,test", help="the splits measured, comma-separated")
     ap.add_argument("--threads", type=int, default=2)
     args, extra = ap.parse_known_args(argv)
     import torch
@@ -150,22 +153,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     run = out / "grpo_seed0"
     model_dir = smollm2_dir()
-    train(run, model_dir, extra)
+    adapter = Path(args.adapter) if args.adapter else run
+    if args.adapter is None:
+        train(run, model_dir, extra)
     base_dir = checkpoint_path(model_dir, GGUF)
     tok = load_tokenizer(base_dir)
     base = load_model(base_dir).eval()
     from peft import PeftModel
 
-    policy = PeftModel.from_pretrained(load_model(base_dir).eval(), str(run)).merge_and_unload().eval()
-    state = json.loads((run / "trainer_state.json").read_text())
+    policy = PeftModel.from_pretrained(load_model(base_dir).eval(), str(adapter)).merge_and_unload().eval()
+    state = json.loads((adapter / "trainer_state.json").read_text())
     rewards = [x["reward"] for x in state["log_history"] if "reward" in x]
-    runtime = next(x["train_runtime"] for x in state["log_history"] if "train_runtime" in x)
+    runtime = sum(x.get("step_time", 0.0) for x in state["log_history"])  # TRL's per-step wall time
     recipe = json.loads(json.dumps(__import__("yaml").safe_load(Path(RECIPE).read_text())))
     results: dict[str, Any] = {
-        "command": "python -m collapse_bench.real_lm_pilot " + " ".join(argv if argv is not None else []),
+        "command": "python -m collapse_bench.real_lm_pilot " + " ".join(sys.argv[1:] if argv is None else argv),
         "commit": _commit(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, {args.threads} torch threads",
         "train": {
+            "adapter": str(adapter),
             "steps": state["global_step"],
             "runtime_s": runtime,
             "seconds_per_step": runtime / max(1, state["global_step"]),
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "splits": {},
     }
     t0 = time.time()
-    for split in ("train", "test"):
+    for split in args.splits.split(","):
         rows = list(get_task("between", split=split).select(range(args.prompts)))
         results["prompt_tokens"] = len(encode_prompt(tok, rows[0]["prompt"]))
         b = measure(base, None, tok, rows, args.samples)
