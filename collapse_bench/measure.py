@@ -59,7 +59,12 @@ def logprobs_of(model_path: str, task: str, rows: Sequence[dict[str, Any]], temp
     finally:
         if shown:
             hf_logging.enable_progress_bar()
-    out = sequence_logprobs(model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature)
+    from rlvr_div.tasks import get_task_spec
+
+    eos = get_task_spec(task).ends_with_eos
+    out = sequence_logprobs(
+        model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature, append_eos=eos
+    )
     return [lp.tolist() for lp in out]
 
 

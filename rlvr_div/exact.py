@@ -16,7 +16,10 @@ From those and the same numbers under the base model a, with no sampling at all:
   piles onto a few answers has a small n90 and a cov90 far below 0.9).
 
 A completion that decodes to a valid string only after special tokens are dropped (e.g. ``3+<pad>4``), or whose
-text is valid but that never emitted EOS, is not counted: exactness is over token sequences ``y ⊕ EOS``.
+text is valid but that never emitted EOS, is not counted: exactness is over token sequences ``y ⊕ EOS``, each y
+in its canonical tokenisation (:func:`canonical_ids`). With a BPE tokenizer a valid text can also be spelled by other
+token sequences; :mod:`rlvr_div.noncanonical` estimates that mass by sampling, to be reported beside μ. A task whose
+valid strings carry their own end (``TaskSpec.ends_with_eos`` False, e.g. a newline) is measured without the EOS.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ COVERAGE = 0.9
 class ExactPrompt:
     """One prompt's valid set V(x), with log π(y ⊕ EOS | x) and log a(y ⊕ EOS | x) for each y ∈ V(x)."""
 
-    prompt: str
+    prompt: Any  # text, or chat messages
     valid: tuple[str, ...]
     logp: np.ndarray  # (|V|,) policy
     base_logp: np.ndarray  # (|V|,) base model a
@@ -44,28 +47,32 @@ class ExactPrompt:
 def sequence_logprobs(
     model: Any,
     tokenizer: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[Any],
     completions: Sequence[Sequence[str]],
     temperature: float = 1.0,
     batch_size: int = 512,
+    append_eos: bool = True,
 ) -> list[np.ndarray]:
-    """log π(y ⊕ EOS | x) for every completion y of every prompt x: one float64 array per prompt.
+    """log π(y ⊕ EOS | x) for every completion y of every prompt x: one float64 array per prompt (log π(y | x)
+    without ``append_eos``, for completions that carry their own end, see ``TaskSpec.ends_with_eos``).
 
-    Prompts are tokenised as TRL tokenises plain-text prompts (the tokenizer's special tokens added), completions
-    without special tokens, then EOS; per-token log-probs come from :func:`rlvr_div.sampling.token_logprobs`.
+    Prompts are tokenised as TRL tokenises them: plain text with the tokenizer's special tokens added, chat messages
+    through the chat template with the generation prompt (:func:`rlvr_div.sampling.encode_prompt`); completions
+    without special tokens (their canonical tokenisation: see :mod:`rlvr_div.noncanonical` for the mass on others),
+    then EOS; per-token log-probs come from :func:`rlvr_div.sampling.token_logprobs`.
     """
     import torch
 
-    from rlvr_div.sampling import token_logprobs
+    from rlvr_div.sampling import encode_prompt, token_logprobs
 
     if tokenizer.eos_token_id is None:
         raise ValueError("exact validity needs a tokenizer with an EOS token")
     prompt_ids, completion_ids, owner = [], [], []
     for i, (prompt, ys) in enumerate(zip(prompts, completions, strict=True)):
-        p = list(tokenizer(prompt)["input_ids"])
+        p = encode_prompt(tokenizer, prompt)
         for y in ys:
             prompt_ids.append(p)
-            completion_ids.append(list(tokenizer(y, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id])
+            completion_ids.append(canonical_ids(tokenizer, y, append_eos))
             owner.append(i)
     with torch.no_grad():
         per_token = token_logprobs(
@@ -78,6 +85,14 @@ def sequence_logprobs(
         out[i][cursor[i]] = math.fsum(lp)
         cursor[i] += 1
     return out
+
+
+def canonical_ids(tokenizer: Any, completion: str, append_eos: bool = True) -> list[int]:
+    """The canonical token sequence of a completion: the tokenizer's encoding of its text alone (no special
+    tokens), then EOS when ``append_eos``. A BPE tokenizer can spell the same text other ways; those are not counted
+    here (:mod:`rlvr_div.noncanonical` measures their mass by sampling)."""
+    ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
+    return ids + [tokenizer.eos_token_id] if append_eos else ids
 
 
 def _log_normalise(logp: np.ndarray) -> tuple[float, np.ndarray]:
@@ -132,15 +147,16 @@ def exact_prompts(
     model: Any,
     base: Any,
     tokenizer: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[Any],
     valid_sets: Sequence[Sequence[str]],
     temperature: float = 1.0,
     base_logps: Sequence[np.ndarray] | None = None,
+    append_eos: bool = True,
 ) -> list[ExactPrompt]:
     """Teacher-force every valid completion under the policy and the base (``base_logps`` reuses a base pass)."""
-    logps = sequence_logprobs(model, tokenizer, prompts, valid_sets, temperature)
+    logps = sequence_logprobs(model, tokenizer, prompts, valid_sets, temperature, append_eos=append_eos)
     if base_logps is None:
-        base_logps = sequence_logprobs(base, tokenizer, prompts, valid_sets, temperature)
+        base_logps = sequence_logprobs(base, tokenizer, prompts, valid_sets, temperature, append_eos=append_eos)
     return [
         ExactPrompt(p, tuple(v), lp, blp) for p, v, lp, blp in zip(prompts, valid_sets, logps, base_logps, strict=True)
     ]

@@ -4,7 +4,8 @@
 - ``"tiny"``: the built-in base (a character-level tokenizer and a small Llama), pretrained by this module on the
   built-in synthetic tasks, deterministic from a seed, cached under ``$RLVR_DIV_CACHE`` (default
   ``~/.cache/rlvr_div``) and built on first use (about a minute on 2 CPU cores);
-- a local directory (a saved model, or a directory holding a ``.gguf`` file with ``gguf_file=``);
+- a local directory (a saved model, or a directory holding a ``.gguf`` file with ``gguf_file=``), or a ``.gguf`` file
+  (:func:`checkpoint_path` converts GGUF once into a cached plain checkpoint, :mod:`rlvr_div.gguf_checkpoint`);
 - anything else is passed on as a Hugging Face hub id.
 """
 
@@ -248,6 +249,32 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
 _TINY_DIR = re.compile(r"tiny-[0-9a-f]{12}")
 
 
+def checkpoint_path(name_or_path: str, gguf_file: str | None = None, revision: str | None = None) -> str:
+    """What ``from_pretrained`` loads for a model reference: :func:`resolve_model`'s answer, except that a GGUF
+    checkpoint (``gguf_file`` in a local directory or a hub repo at ``revision``, or a path to a ``.gguf`` file) is
+    dequantised once into a cached plain checkpoint with its tokenizer (:mod:`rlvr_div.gguf_checkpoint`), whose
+    directory is returned: TRL, peft, merge and eval then load it as any other local model."""
+    path = resolve_model(name_or_path, gguf_file)
+    if not _is_gguf(name_or_path, gguf_file):
+        return path
+    from rlvr_div.gguf_checkpoint import plain_checkpoint
+
+    if not gguf_file:
+        gguf = Path(path)
+    elif Path(path).is_dir():
+        gguf = Path(path) / gguf_file if (Path(path) / gguf_file).is_file() else Path(gguf_file).expanduser()
+    else:  # a hub repo holding the file
+        from huggingface_hub import hf_hub_download
+
+        gguf = Path(hf_hub_download(path, gguf_file, revision=revision))
+    return str(plain_checkpoint(gguf, cache_dir()))
+
+
+def _is_gguf(name_or_path: str, gguf_file: str | None) -> bool:
+    """Whether a model reference is a GGUF checkpoint: ``gguf_file`` given, or a path to a ``.gguf`` file."""
+    return bool(gguf_file) or (name_or_path.endswith(".gguf") and Path(name_or_path).expanduser().is_file())
+
+
 def _tiny_by_name(name: str, given: str, build: bool) -> str:
     """``tiny-<spec hash>`` → the current tiny base when the hash is the current spec's, else that cached directory."""
     if name == f"{TINY_NAME}-{TinySpec().key()}":
@@ -325,9 +352,9 @@ def load_tokenizer(
     generation)."""
     from transformers import AutoTokenizer
 
-    path = resolve_model(name_or_path, gguf_file)
-    kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    if revision is not None:
+    path = checkpoint_path(name_or_path, gguf_file, revision)
+    kw: dict[str, Any] = {}
+    if revision is not None and not _is_gguf(name_or_path, gguf_file):
         kw["revision"] = revision
     if trust_remote_code:
         kw["trust_remote_code"] = True
@@ -353,10 +380,10 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model(name_or_path, gguf_file)
+    path = checkpoint_path(name_or_path, gguf_file, init_kwargs.get("revision"))
     kw: dict[str, Any] = {k: v for k, v in init_kwargs.items() if v is not None}
-    if gguf_file:
-        kw["gguf_file"] = gguf_file
+    if _is_gguf(name_or_path, gguf_file):
+        kw.pop("revision", None)  # the converted checkpoint is a local directory
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)
     if dtype is not None:

@@ -121,10 +121,10 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     from trl import get_peft_config
 
     from rlvr_div.models import (
+        checkpoint_path,
         load_tokenizer,
         model_init_kwargs,
         quantization_config,
-        resolve_model,
         store_portable_base,
     )
     from rlvr_div.preflight import is_lora_target_error, lora_error_line
@@ -147,12 +147,13 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     reward_funcs = [
         get_reward(n, **settings.get(n, {})) for n in (script.rewards or [get_task_spec(script.task).reward])
     ]
-    model_path = resolve_model(model.model_name_or_path, script.gguf_file)
+    # a GGUF checkpoint becomes a cached plain one here: TRL loads a path and would never see gguf_file
+    model_path = checkpoint_path(model.model_name_or_path, script.gguf_file, model.model_revision)
     init_kwargs = model_init_kwargs(model, training)  # every ModelConfig setting TRL's grpo script honours
     if script.gguf_file:
-        init_kwargs["gguf_file"] = script.gguf_file
+        init_kwargs.pop("revision", None)  # the converted checkpoint is a local directory
     training.model_init_kwargs = init_kwargs
-    tokenizer = load_tokenizer(model_path, script.gguf_file, model.model_revision, training.trust_remote_code)
+    tokenizer = load_tokenizer(model_path, None, init_kwargs.get("revision"), training.trust_remote_code)
     trainer_cls = TRAINERS.get(script.trainer).trainer_class()
     peft_config = get_peft_config(model)
     if peft_config is not None and model.model_revision not in (None, "main"):

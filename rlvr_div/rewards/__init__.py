@@ -13,7 +13,13 @@ from rlvr_div.registry import Registry
 from rlvr_div.rewards.base import Reward, completion_text
 
 REWARDS: Registry[Callable[..., Reward]] = Registry(
-    "reward", modules=("rlvr_div.rewards.synthetic", "rlvr_div.rewards.math", "rlvr_div.rewards.sql")
+    "reward",
+    modules=(
+        "rlvr_div.rewards.synthetic",
+        "rlvr_div.rewards.number_between",
+        "rlvr_div.rewards.math",
+        "rlvr_div.rewards.sql",
+    ),
 )
 
 

@@ -16,7 +16,14 @@ from rlvr_div.registry import Registry
 from rlvr_div.tasks.base import TaskSpec
 
 TASKS: Registry[TaskSpec] = Registry(
-    "task", modules=("rlvr_div.tasks.synthetic", "rlvr_div.tasks.math", "rlvr_div.tasks.sql", "rlvr_div.tasks.bird")
+    "task",
+    modules=(
+        "rlvr_div.tasks.synthetic",
+        "rlvr_div.tasks.between",
+        "rlvr_div.tasks.math",
+        "rlvr_div.tasks.sql",
+        "rlvr_div.tasks.bird",
+    ),
 )
 
 

@@ -16,7 +16,9 @@ class TaskSpec:
     ``source(split, **options) -> str`` names the data a split is read from without reading it (``file:<absolute
     path>`` or ``hub:<id>:<config>:<split>``); tasks without it are built in, named ``builtin:<task>:<split>``.
     ``valid_completions(row) -> list[str]``, where the valid set is finite, lists every completion the reward
-    accepts for a row (exact validity and distances to the filtered model: :mod:`rlvr_div.exact`)."""
+    accepts for a row (exact validity and distances to the filtered model: :mod:`rlvr_div.exact`); with
+    ``ends_with_eos`` (chat prompts, the tiny model's tasks) a valid completion is that text then the tokenizer's EOS,
+    without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows."""
 
     name: str
     build: Callable[..., datasets.Dataset]
@@ -25,4 +27,5 @@ class TaskSpec:
     check: Callable[..., None] | None = None
     source: Callable[..., str] | None = None
     valid_completions: Callable[[dict[str, Any]], list[str]] | None = None
+    ends_with_eos: bool = True
     options: dict[str, Any] = field(default_factory=dict)
