@@ -86,20 +86,32 @@ def _expected_update(log_q: torch.Tensor, log_a: torch.Tensor, valid: torch.Tens
     return torch.zeros(n, dtype=torch.float64).index_add(0, ys, w) - w.sum() * log_q.exp()
 
 
+def _toy_world(length: int = 2):
+    """A world of the exact toy lab (rlvr_div.toy: its letters, a seeded bigram base, the mod-5 validity rule) with
+    sequences short enough that every group of draws can be enumerated: 4^length sequences."""
+    from rlvr_div.toy.world import World, all_sequences, bigram_log_probs, is_valid
+
+    g = torch.Generator().manual_seed(0)
+    first, trans = torch.randn(4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64)
+    seqs = all_sequences(4, length)
+    return World(seqs, bigram_log_probs(first, trans, seqs), is_valid(seqs), first, trans)
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.3])
-def test_fixed_point_is_the_tilted_model_on_a_tabular_family(beta):
-    """Ascent along the exact expected update of the trainer's advantages reaches p_β: validity σ(logit A + 1/β) and
-    the valid part p* = a(·|valid). Five outcomes (three valid), groups of 3, every group enumerated."""
-    log_a = torch.log_softmax(torch.tensor([0.3, -0.5, 1.0, 0.2, -1.2], dtype=torch.float64), 0)
-    valid = torch.tensor([True, True, False, True, False])
-    big_a = float(log_a.exp()[valid].sum())
-    theta = log_a.clone()  # start at the base
-    for _ in range(3000):
-        log_q = torch.log_softmax(theta, 0)
-        theta = theta + 3.0 * _expected_update(log_q, log_a, valid, beta, group=3)
-    q = torch.softmax(theta, 0)
-    mu = float(q[valid].sum())
-    assert mu == pytest.approx(validity_at(beta, big_a), abs=1e-6)
-    pstar = log_a.exp()[valid] / big_a
-    assert torch.allclose(q[valid] / mu, pstar, atol=1e-6)
-    assert mu > big_a + 0.05  # it moved: the base is not the optimum
+def test_fixed_point_is_the_tilted_model_on_the_toy_labs_tabular_family(beta):
+    """Ascent along the exact expected update of the trainer's advantages (preconditioned by 1/q), on the toy lab's
+    tabular family (one logit per sequence, started at the base), reaches the lab's tilted model p_β: validity
+    σ(logit A + 1/β) and the valid part p* = a(·|valid). 16 sequences, groups of 2, every group enumerated."""
+    from rlvr_div.toy.families import Tabular
+
+    world = _toy_world()
+    family = Tabular(world)
+    theta = family.init_params()
+    for _ in range(300):  # the update divided by q (the tabular Fisher metric): the same zeros, reached fast
+        log_q = family.log_probs(theta)
+        theta = theta + 0.5 * _expected_update(log_q, world.log_a, world.valid, beta, group=2) / log_q.exp()
+    q = family.log_probs(theta).exp()
+    mu = float(q[world.valid].sum())
+    assert mu == pytest.approx(validity_at(beta, world.base_rate), abs=1e-9)
+    assert torch.allclose(family.log_probs(theta), world.log_tilted(beta), atol=1e-9)  # the whole distribution
+    assert mu > world.base_rate + 0.05  # it moved: the base is not the optimum
