@@ -12,6 +12,7 @@ import yaml
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
+from rlvr_div.preflight import field_types
 from rlvr_div.recipe import ScriptArguments, parse_recipe
 
 TINY = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes/tiny/grpo.yaml").read_text())
@@ -19,9 +20,8 @@ MAPPING = {"wrong": [1]}  # wrong for any key whose type is not a mapping
 NESTED_LIST = [[1]]  # wrong for the mapping-typed keys (a list of lists is no field's type)
 
 
-def _wrong_value(field: dataclasses.Field) -> object:
-    annotation = str(field.type)
-    return NESTED_LIST if "dict" in annotation else MAPPING
+def _wrong_value(annotation: object) -> object:
+    return NESTED_LIST if "dict" in str(annotation) else MAPPING
 
 
 def _all_keys() -> list[tuple[str, str, object]]:
@@ -32,10 +32,13 @@ def _all_keys() -> list[tuple[str, str, object]]:
     out, seen = [], set()
     for trainer in TRAINERS.names():
         for cls in (ScriptArguments, TRAINERS.get(trainer).config_class(), ModelConfig):
+            # the annotations, not Field.type: transformers' HfArgumentParser rewrites Field.type in place once a
+            # parser is built (`dict | str | None` becomes `str`), so Field.type depends on which tests ran before
+            annotations = field_types(cls)
             for f in dataclasses.fields(cls):
                 if f.name not in seen and f.init:
                     seen.add(f.name)
-                    out.append((trainer, f.name, _wrong_value(f)))
+                    out.append((trainer, f.name, _wrong_value(annotations[f.name])))
     return out
 
 
