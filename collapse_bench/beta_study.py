@@ -47,7 +47,7 @@ from collapse_bench.measure import (
     valid_sets,
 )
 from collapse_bench.runs import code_commit, training_summary
-from collapse_bench.spec import RESERVED, recipe_argv
+from collapse_bench.spec import RESERVED, checked_mapping, recipe_argv
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
@@ -118,15 +118,6 @@ class StudyRun:
         return f"{self.arm}/{'none' if self.beta is None else f'{self.beta:g}'}/seed{self.seed}"
 
 
-def _mapping(obj: Any, where: str, keys: set[str]) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - keys)
-    if unknown:
-        raise ConfigError(f"{where} has an unknown key {unknown[0]!r}; known: {', '.join(sorted(keys))}")
-    return obj
-
-
 def _positive_int(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
@@ -136,7 +127,7 @@ def _positive_int(value: Any, where: str) -> int:
 def load_study(path: str | Path) -> Study:
     """Read and check a β-study YAML file, one line per problem, before anything runs."""
     path = Path(path)
-    raw = _mapping(read_yaml_mapping(path, "beta study config"), f"beta study config {str(path)!r}", TOP_KEYS)
+    raw = checked_mapping(read_yaml_mapping(path, "beta study config"), f"beta study config {str(path)!r}", TOP_KEYS)
     root = path.resolve().parent
     seeds = raw.get("seeds", [1, 2, 3])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(
@@ -153,13 +144,13 @@ def load_study(path: str | Path) -> Study:
     if bad:
         raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
     _positive_int(common.get("max_steps"), "common.max_steps")
-    conv = _mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
+    conv = checked_mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
     convergence = Convergence(**conv)
     if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0:
         raise ConfigError(f"convergence needs 0 < window <= 0.5 and tolerance > 0, got {conv}")
     arms = []
     for i, a in enumerate(raw.get("arms") or []):
-        a = _mapping(a, f"arms[{i}]", ARM_KEYS)
+        a = checked_mapping(a, f"arms[{i}]", ARM_KEYS)
         name = a.get("name")
         if not isinstance(name, str) or not name.replace("_", "").isalnum():
             raise ConfigError(f"arms[{i}] needs a `name` of letters, digits or '_', got {name!r}")

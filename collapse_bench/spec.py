@@ -150,7 +150,8 @@ def _value_label(value: Any) -> str:
     return "default" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _mapping(obj: Any, where: str, keys: set[str]) -> dict[str, Any]:
+def checked_mapping(obj: Any, where: str, keys: set[str]) -> dict[str, Any]:
+    """``obj`` if it is a mapping with only ``keys``; one-line ConfigError otherwise."""
     if not isinstance(obj, dict):
         raise ConfigError(f"{where} must be a mapping, got {type(obj).__name__}")
     unknown = sorted(set(obj) - keys)
@@ -169,7 +170,7 @@ def _name(obj: dict[str, Any], where: str) -> str:
 def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) -> Benchmark:
     """Read and check a benchmark YAML file (``overrides`` replace top-level keys, e.g. seeds from the CLI)."""
     path = Path(path)
-    raw = _mapping(read_yaml_mapping(path, "benchmark config"), f"benchmark config {str(path)!r}", TOP_KEYS)
+    raw = checked_mapping(read_yaml_mapping(path, "benchmark config"), f"benchmark config {str(path)!r}", TOP_KEYS)
     raw = {**raw, **(overrides or {})}
     root = path.resolve().parent
     seeds = raw.get("seeds", [0, 1, 2])
@@ -183,9 +184,9 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     for key in ("workers", "threads"):
         if not isinstance(raw.get(key, 1), int) or raw.get(key, 1) < 1:
             raise ConfigError(f"{key} must be an integer >= 1, got {raw.get(key)!r}")
-    common = _mapping(raw.get("common", {}), "common", set(raw.get("common", {}) or {}))
+    common = checked_mapping(raw.get("common", {}), "common", set(raw.get("common", {}) or {}))
     _no_reserved(common, "common")
-    ev = _mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
+    ev = checked_mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
     evaluation = Evaluation(
         ks=tuple(int(k) for k in ev.get("ks", Evaluation.ks)),
         splits=tuple(ev.get("splits", Evaluation.splits)),
@@ -202,7 +203,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
             raise ConfigError(f"evaluation.{key}={getattr(evaluation, key)!r} is not one of the splits")
     methods = []
     for i, m in enumerate(raw.get("methods") or []):
-        m = _mapping(m, f"methods[{i}]", METHOD_KEYS)
+        m = checked_mapping(m, f"methods[{i}]", METHOD_KEYS)
         name = _name(m, f"methods[{i}]")
         recipe = root / str(m.get("recipe", ""))
         if not m.get("recipe") or not recipe.is_file():
@@ -221,7 +222,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         raise ConfigError(f"baseline {baseline!r} is not a method; methods: {', '.join(names)}")
     tasks = []
     for i, t in enumerate(raw.get("tasks") or []):
-        t = _mapping(t, f"tasks[{i}]", TASK_KEYS)
+        t = checked_mapping(t, f"tasks[{i}]", TASK_KEYS)
         name = _name(t, f"tasks[{i}]")
         only = t.get("methods")
         if only is not None:
@@ -240,7 +241,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         raise ConfigError("tasks must be a non-empty list with distinct names")
     sweep = None
     if raw.get("beta_sweep"):
-        s = _mapping(raw["beta_sweep"], "beta_sweep", SWEEP_KEYS)
+        s = checked_mapping(raw["beta_sweep"], "beta_sweep", SWEEP_KEYS)
         if s.get("task") not in {t.name for t in tasks}:
             raise ConfigError(f"beta_sweep.task {s.get('task')!r} is not one of the tasks")
         betas = tuple(float(b) for b in s.get("betas", []))
