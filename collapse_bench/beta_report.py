@@ -1,7 +1,7 @@
 """The β study's report: ``beta.md`` and ``beta.json`` (per arm and β: steps, plateau, validity, diversity and the
 distance to p* at the end, mean ± 95% t-interval over seeds, beside the optimum's closed form; the paired change of
 diversity from the largest to the smallest β), ``beta_vs_beta.png`` (end points against β, with the closed form and
-the exact toy lab's policy families) and ``beta_paths.png`` (validity and diversity against step)."""
+the exact toy lab's policy families) and ``beta_paths.png`` (validity, diversity and KL(p*‖π_v) against step)."""
 
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
     plt.close(fig)
 
     arms = [(n, a) for n, a in agg["arms"].items() if a["kind"] != "point"]
-    fig, axes = plt.subplots(2, max(1, len(arms)), figsize=(5 * max(1, len(arms)), 7), squeeze=False)
+    fig, axes = plt.subplots(3, max(1, len(arms)), figsize=(5 * max(1, len(arms)), 10), squeeze=False)
     for j, (_, arm) in enumerate(arms):
         for c in arm["cells"]:
             steps = [p["step"] for p in c["path"]]
@@ -255,12 +255,15 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
             )
             axes[0][j].plot(steps, [p["mu"] for p in c["path"]], color=colour, label=f"β = {c['beta']:g}")
             axes[1][j].plot(steps, [p["effective_answers"] for p in c["path"]], color=colour)
+            axes[2][j].plot(steps, [p["kl_pstar"] for p in c["path"]], color=colour)
         axes[0][j].set_title(arm["label"], fontsize=9)
         axes[1][j].axhline(base_eff, color="k", ls="--", lw=1)
-        axes[1][j].set_xlabel("optimiser step")
+        axes[2][j].axhline(0.0, color="k", ls="--", lw=1)
+        axes[2][j].set_xlabel("optimiser step")
         axes[0][j].legend(fontsize=6)
     axes[0][0].set_ylabel("validity μ (mean over seeds)")
     axes[1][0].set_ylabel("effective valid answers (dashed: p*)")
+    axes[2][0].set_ylabel("KL(p*‖π_v), nats (dashed: the optimum)")
     fig.tight_layout()
     second = out / "beta_paths.png"
     fig.savefig(second, dpi=90, bbox_inches="tight")
