@@ -35,6 +35,10 @@ are stacked under the policy's rows in the one forward TRL runs for its loss (on
 micro-step, as in GRPO without KL), every token at its own position (see ``_folded_logps``); a separate forward is
 used only where TRL's loss does not score per-token log-probs.
 
+``sequence_kl_coef: β`` (with ``divergence: none``) puts the sequence-level reverse KL in the reward instead,
+r' = r − β·Σ_t log(π_old/π_ref), with no KL term in the loss (:mod:`rlvr_div.trainers.sequence_kl`): REINFORCE on
+E_π[v] − β·KL(π‖π_ref), whose optimum is the tilted model p_β when ``scale_rewards`` is ``none``.
+
 Every step also logs, from rewards gathered over all processes (a prompt's group can span ranks):
 ``diversity/pass_at_group`` (fraction of groups with at least one valid completion), ``diversity/distinct_valid``
 (distinct valid completion texts per group), ``diversity/valid_rate``, and ``divergence/<name>``: the masked mean of
