@@ -145,9 +145,13 @@ def load_study(path: str | Path) -> Study:
         raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
     _positive_int(common.get("max_steps"), "common.max_steps")
     conv = checked_mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
+    numbers = {k: v for k, v in conv.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+    if numbers:
+        key = next(iter(numbers))
+        raise ConfigError(f"convergence.{key} must be a number, got {conv[key]!r}")
     convergence = Convergence(**conv)
-    if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0:
-        raise ConfigError(f"convergence needs 0 < window <= 0.5 and tolerance > 0, got {conv}")
+    if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0 or convergence.min_steps < 0:
+        raise ConfigError(f"convergence needs 0 < window <= 0.5, tolerance > 0 and min_steps >= 0, got {conv}")
     arms = []
     for i, a in enumerate(raw.get("arms") or []):
         a = checked_mapping(a, f"arms[{i}]", ARM_KEYS)

@@ -82,6 +82,8 @@ def test_runs_of_each_kind(tmp_path):
         ((", key: divergence_coef", ""), "a sampled arm needs `key`"),
         (("key: divergence_coef", "key: divergence_coef, betas: []"), "arm 'rkl': betas must be a non-empty list"),
         (("path_every: 2", "path_every: 2\nwarmup: 3"), "unknown key 'warmup'"),
+        (("window: 0.2", "window: wide"), "convergence.window must be a number"),
+        (("window: 0.2", "window: 0.7"), "convergence needs 0 < window <= 0.5"),
     ],
 )
 def test_config_errors_are_one_line(tmp_path, edit, message):
