@@ -361,7 +361,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
 
     lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
     steps = int(arm.max_steps or study.common["max_steps"])
-    last, _ = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
+    last = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
                      temperature=float(study.common.get("temperature", 1.0)),
                      max_grad_norm=float(study.common.get("max_grad_norm", 1.0)))  # fmt: skip
     model.eval()

@@ -12,9 +12,9 @@ V(x) ∪ {⊥}. The objective is
 It is the sequence-level objective E_π[v] − β·KL(π‖a) of binary-reward RLVR less β·(1 − μ)·KL(π(·|invalid) ‖
 a(·|invalid)), the one term no enumeration reaches; that term is ≥ 0 and is 0 at the optimum, so J has the same
 optimum on V: π(·|valid) = p* = a(·|valid) and μ(x) = σ(logit A(x) + 1/β) (:func:`rlvr_div.calibration.validity_at`),
-at every β > 0. With β = 0, J = mean_x μ(x). Gradient ascent on J (Adam, the full valid set of every training prompt
-in one batch) removes sampling noise entirely: a policy that still drifts away from p* as β falls is driven there by
-its parameterisation and the optimiser, not by the sampler.
+at every β > 0. With β = 0, J = mean_x μ(x). Gradient ascent on J (AdamW as the sampled runs use it, the full valid
+set of every training prompt in one batch) removes sampling noise entirely: a policy that still drifts away from p*
+as β falls is driven there by its parameterisation and the optimiser, not by the sampler.
 """
 
 from __future__ import annotations
@@ -31,21 +31,16 @@ _LOG_EPS = 1e-12  # 1 − μ is clamped below by this before its log (μ → 1 a
 
 @dataclass
 class ValidSetBatch:
-    """Every (prompt, valid completion ⊕ EOS) row of a set of prompts, tokenised once and left-aligned
-    [prompt | completion | padding] (the layout of :func:`rlvr_div.sampling.token_logprobs`, default positions)."""
+    """Every (prompt, valid completion ⊕ EOS) row of a set of prompts, tokenised once, in the layout of
+    :func:`rlvr_div.sampling.left_aligned_rows` (the one :func:`rlvr_div.sampling.token_logprobs` scores)."""
 
     input_ids: torch.Tensor  # (N, W)
     attention_mask: torch.Tensor  # (N, W)
     columns: torch.Tensor  # (N, C): column of the logits that predict completion token t of each row
-    targets: torch.Tensor  # (N, C): the completion tokens (EOS included), 0 where padded
     completion_mask: torch.Tensor  # (N, C)
     owner: torch.Tensor  # (N,): index of the row's prompt
     base_logp: torch.Tensor  # (N,) float64: log a(y ⊕ EOS | x)
     n_prompts: int
-
-    def to(self, device: Any) -> ValidSetBatch:
-        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.__dict__.items()}
-        return ValidSetBatch(**moved)
 
 
 def valid_set_batch(
@@ -56,10 +51,13 @@ def valid_set_batch(
 ) -> ValidSetBatch:
     """Tokenise every valid completion of every prompt as :func:`rlvr_div.exact.sequence_logprobs` does (the prompt
     with the tokenizer's special tokens, the completion without, then EOS)."""
+    from rlvr_div.sampling import left_aligned_rows
+
     if tokenizer.eos_token_id is None:
         raise ValueError("the exact objective needs a tokenizer with an EOS token")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows: list[tuple[list[int], list[int]]] = []
+    prompt_ids: list[list[int]] = []
+    completion_ids: list[list[int]] = []
     owner: list[int] = []
     base: list[float] = []
     for i, (prompt, ys, blp) in enumerate(zip(prompts, valid, base_logps, strict=True)):
@@ -67,36 +65,23 @@ def valid_set_batch(
             raise ValueError(f"prompt {prompt!r}: {len(ys)} valid completions but {len(blp)} base log-probs")
         p = list(tokenizer(prompt)["input_ids"])
         for y, lp in zip(ys, blp):
-            rows.append((p, list(tokenizer(y, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]))
+            prompt_ids.append(p)
+            completion_ids.append(list(tokenizer(y, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id])
             owner.append(i)
             base.append(float(lp))
-    width = max(len(p) + len(c) for p, c in rows)
-    c_len = max(len(c) for _, c in rows)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    columns = torch.zeros((len(rows), c_len), dtype=torch.long)
-    targets = torch.zeros((len(rows), c_len), dtype=torch.long)
-    mask = torch.zeros((len(rows), c_len))
-    for r, (p, c) in enumerate(rows):
-        input_ids[r, : len(p) + len(c)] = torch.tensor(p + c)
-        attention[r, : len(p) + len(c)] = 1
-        # the logits that predict completion token t sit at column len(p) − 1 + t; padded slots point at column 0
-        columns[r, : len(c)] = torch.arange(len(p) - 1, len(p) - 1 + len(c))
-        targets[r, : len(c)] = torch.tensor(c)
-        mask[r, : len(c)] = 1.0
+    input_ids, attention, columns = left_aligned_rows(prompt_ids, completion_ids, pad)
+    mask = (torch.arange(columns.size(1)) < torch.tensor([len(c) for c in completion_ids]).unsqueeze(1)).float()
     return ValidSetBatch(
-        input_ids, attention, columns, targets, mask, torch.tensor(owner), torch.tensor(base, dtype=torch.float64),
+        input_ids, attention, columns, mask, torch.tensor(owner), torch.tensor(base, dtype=torch.float64),
         len(prompts),
     )  # fmt: skip
 
 
 def valid_set_logprobs(model: Any, batch: ValidSetBatch, temperature: float = 1.0) -> torch.Tensor:
     """(N,) float64 log π(y ⊕ EOS | x) of every row, differentiable in the model's parameters."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits.gather(1, batch.columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-    logits = logits if logits.dtype == torch.float64 else logits.float()
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    chosen = logp.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    from rlvr_div.sampling import completion_logprobs
+
+    chosen = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.columns, temperature)
     return (chosen.double() * batch.completion_mask.double()).sum(-1)
 
 
@@ -127,20 +112,17 @@ def ascend(
     on_point: Callable[[int, torch.Tensor, float], bool],
     temperature: float = 1.0,
     max_grad_norm: float | None = 1.0,
-    start_step: int = 0,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> tuple[int, torch.optim.Optimizer]:
+) -> int:
     """AdamW ascent on :func:`exact_objective` (full batch, constant learning rate, no weight decay, the gradient
-    clipped to ``max_grad_norm`` as the Hugging Face Trainer does; None: no clipping) from ``start_step`` to
-    ``max_steps``. After every ``every``-th step (and the last) ``on_point(step, logp, grad_norm)`` gets the rows'
-    current log π (no grad) and that step's gradient norm before clipping; it returns True to stop (e.g. a plateau).
-    Returns the last step and the optimizer (for a checkpoint)."""
+    clipped to ``max_grad_norm`` as the Hugging Face Trainer does; None: no clipping) for ``max_steps`` steps. After
+    every ``every``-th step (and the last) ``on_point(step, logp, grad_norm)`` gets the rows' current log π (no grad)
+    and that step's gradient norm before clipping; it returns True to stop (e.g. a plateau). Returns the last step."""
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optimizer or torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     model.train()
-    step = start_step
+    step = 0
     while step < max_steps:
         optimizer.zero_grad(set_to_none=True)
         logp = valid_set_logprobs(model, batch, temperature)
@@ -154,7 +136,7 @@ def ascend(
                 current = valid_set_logprobs(model, batch, temperature)
             if on_point(step, current, float(norm)) and step < max_steps:
                 break
-    return step, optimizer
+    return step
 
 
 def closed_form_objective(base_rates: Sequence[float], beta: float) -> float:

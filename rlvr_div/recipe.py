@@ -31,6 +31,16 @@ import yaml
 from rlvr_div.errors import ConfigError
 
 
+def _from_json(value: Any, key: str, example: str) -> Any:
+    """``value`` parsed when it is JSON text (a mapping given on the command line), as it is otherwise."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{key} {value!r} is not a JSON object, e.g. '{example}'") from None
+
+
 @dataclass
 class ScriptArguments:
     """Recipe keys that are neither trainer nor model settings."""
@@ -53,13 +63,7 @@ class ScriptArguments:
 
     def task_kwargs(self) -> dict[str, Any]:
         """The keyword options of the task builder: ``task_options`` (a mapping, or JSON text) plus ``path``."""
-        options = self.task_options
-        if isinstance(options, str):
-            try:
-                options = json.loads(options)
-            except json.JSONDecodeError:
-                example = '{"max_target": 25}'
-                raise ConfigError(f"task_options {options!r} is not a JSON object, e.g. '{example}'") from None
+        options = _from_json(self.task_options, "task_options", '{"max_target": 25}')
         if options is not None and not isinstance(options, dict):
             raise ConfigError(f"task_options must be a mapping of option names to values, got {options!r}")
         out = dict(options or {})
@@ -82,14 +86,7 @@ class ScriptArguments:
 
     def reward_settings(self) -> dict[str, dict[str, Any]]:
         """``reward_kwargs`` as a mapping of reward names (each one of the run's rewards) to settings mappings."""
-        value = self.reward_kwargs
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                example = '{"math_accuracy": {"fallback": "last_number"}}'
-                raise ConfigError(f"reward_kwargs {value!r} is not a JSON object, e.g. '{example}'") from None
-        value = value or {}
+        value = _from_json(self.reward_kwargs, "reward_kwargs", '{"math_accuracy": {"fallback": "last_number"}}') or {}
         if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
             raise ConfigError(
                 f"reward_kwargs must map reward names to settings, e.g. {{math_accuracy: {{fallback: last_number}}}}, "

@@ -479,21 +479,8 @@ def token_logprobs(
             if c_len == 0:
                 bar.update(len(rows))
                 continue
-            width = max(len(prompt_ids[i]) for i in rows) + c_len
-            input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-            attention = torch.zeros_like(input_ids)
-            for r, i in enumerate(rows):
-                tokens = list(prompt_ids[i]) + list(completion_ids[i])
-                input_ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-                attention[r, : len(tokens)] = 1
-            # the logits that predict completion token t of row r sit at column len(prompt_r) − 1 + t
-            starts = torch.tensor([len(prompt_ids[i]) - 1 for i in rows])
-            columns = (starts.unsqueeze(1) + torch.arange(c_len)).to(device)
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-            logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-            targets = input_ids.to(device).gather(1, columns + 1)
-            chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu().tolist()
+            batch = left_aligned_rows([prompt_ids[i] for i in rows], [completion_ids[i] for i in rows], pad_token_id)
+            chosen = completion_logprobs(model, *(t.to(device) for t in batch), temperature).cpu().tolist()
             for r, i in enumerate(rows):
                 out[i] = chosen[r][: len(completion_ids[i])]
             bar.update(len(rows))
@@ -537,3 +524,33 @@ def make_sampler(
             raise ValueError("backend 'vllm' needs model_path")
         return VLLMSampler(model_path, tokenizer, config, **vllm_kwargs)
     raise ConfigError(f"unknown sampling backend {backend!r}; known: {', '.join(BACKENDS)}")
+
+
+def left_aligned_rows(
+    prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, columns) of rows [prompt | completion | padding]; ``columns[r, t]`` is the column
+    of the logits that predict completion token t of row r, len(prompt_r) − 1 + t, for t below the longest
+    completion (past a row's own completion it points into its padding, which the caller masks)."""
+    c_len = max(len(c) for c in completion_ids)
+    width = max(len(p) for p in prompt_ids) + c_len
+    input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    for r, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+        tokens = list(p) + list(c)
+        input_ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        attention[r, : len(tokens)] = 1
+    starts = torch.tensor([len(p) - 1 for p in prompt_ids])
+    return input_ids, attention, starts.unsqueeze(1) + torch.arange(c_len)
+
+
+def completion_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, columns: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """(rows, C) log softmax(logits / T)[y_t] of the tokens after ``columns`` (:func:`left_aligned_rows`), in
+    float32 (float64 for a float64 model), differentiable unless called under no_grad."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(-1, input_ids.gather(1, columns + 1).unsqueeze(-1)).squeeze(-1)

@@ -124,7 +124,7 @@ def test_ascent_climbs_and_stays_below_the_closed_form_maximum(setup, tiny_path)
 
     with torch.no_grad():
         start = float(exact_objective(valid_set_logprobs(policy, batch), batch, beta))
-    step, _ = ascend(policy, batch, beta, learning_rate=1e-4, max_steps=30, every=10, on_point=on_point)
+    step = ascend(policy, batch, beta, learning_rate=1e-4, max_steps=30, every=10, on_point=on_point)
     assert step == 30 and [s for s, _ in values] == [10, 20, 30]
     assert values[-1][1] > start
     base_rates = [math.fsum(math.exp(x) for x in blp) for blp in base_logps]
@@ -135,7 +135,7 @@ def test_ascent_stops_when_asked(setup, tiny_path):
     tok, valid, base_logps = setup
     policy = _policy(tiny_path, scale=0.0)
     batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
-    step, _ = ascend(policy, batch, 0.1, 1e-3, max_steps=50, every=5, on_point=lambda s, lp, g: s >= 10)
+    step = ascend(policy, batch, 0.1, 1e-3, max_steps=50, every=5, on_point=lambda s, lp, g: s >= 10)
     assert step == 10
 
 
