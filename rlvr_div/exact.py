@@ -8,7 +8,9 @@ From those and the same numbers under the base model a, with no sampling at all:
 - validity μ(x) = Σ_{y∈V} π(y|x) and pass@k = 1 − (1 − μ)^k (k independent draws);
 - the policy's distribution over valid answers π_v(y) = π(y|x)/μ(x), and the filtered model p*(y) = a(y|x)/A(x),
   A(x) = Σ_{y∈V} a(y|x) (the KL-regularised optimum's valid part for binary rewards, for every β);
-- KL(p*‖π_v) = Σ_y p*(y)·(log p*(y) − log π_v(y)) (nats): how much of p* the policy has dropped;
+- KL(p*‖π_v) = Σ_y p*(y)·(log p*(y) − log π_v(y)) (nats): how much of p* the policy has dropped, and beside
+  it KL(u‖π_v) = −log|V| − mean_y log π_v(y), u uniform over V: where p* is close to uniform the two agree, and
+  covering p* cannot be told apart from spreading evenly over the valid answers;
 - the correct-answer entropy H(π_v) = −Σ π_v log π_v and its exponential, the effective number of valid answers;
 - distinct@k = Σ_y 1 − (1 − π(y|x))^k, the expected number of distinct valid answers in k draws, and
   cov@k = Σ_y p*(y)·(1 − (1 − π(y|x))^k), the expected p*-mass of the valid answers seen in k draws;
@@ -123,6 +125,7 @@ def prompt_metrics(ex: ExactPrompt, ks: Sequence[int]) -> dict[str, Any]:
         "mu": mu,
         "base_mu": math.exp(log_a),
         "kl_pstar": float(np.sum(pstar * (log_pstar - log_pv))),
+        "kl_uniform": float(-math.log(len(ex.valid)) - np.mean(log_pv)),
         "entropy_valid": entropy,
         "effective_answers": math.exp(entropy),
         "n90": n90,

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from collapse_bench.beta_study import Convergence, StudyRun, load_study, plateau_step, study_runs
+from collapse_bench.beta_study import (
+    Convergence,
+    StudyRun,
+    load_study,
+    plateau_step,
+    reached_mu,
+    read_result,
+    study_runs,
+)
+from collapse_bench.spec import recipe_argv
 from rlvr_div.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +93,10 @@ def test_runs_of_each_kind(tmp_path):
         (("path_every: 2", "path_every: 2\nwarmup: 3"), "unknown key 'warmup'"),
         (("window: 0.2", "window: wide"), "convergence.window must be a number"),
         (("window: 0.2", "window: 0.7"), "convergence needs 0 < window <= 0.5"),
+        (("window: 0.2", "window: 0.2, stop_at_mu: 1.5"), "convergence.stop_at_mu must be in"),
+        (("path_every: 2", "path_every: 2\nprompts: {validation: 4}"), "prompts must map splits"),
+        (("path_every: 2", "path_every: 2\nprompts: {train: 0}"), "prompts.train must be an integer >= 1"),
+        (("path_every: 2", "path_every: 2\nsamples: -3"), "samples must be an integer >= 1"),
     ],
 )
 def test_config_errors_are_one_line(tmp_path, edit, message):
@@ -161,3 +174,32 @@ def test_arms_are_compared_seed_by_seed_at_the_same_beta():
     assert len(rows) == 1  # only the β both arms ran, and never the exact arm
     assert "| 1 | 2 | 0.000 ± 0.000 | -2.50 ± 6.35 |" in rows[0]  # d = −2, −3: mean −2.5, t(0.975, 1)·0.5
     assert arm_comparison({"arms": {"ref": agg["arms"]["ref"]}}) == []
+
+
+def test_stop_at_validity_reads_the_last_path_point_only():
+    rule = Convergence(stop_at_mu=0.9)
+    assert not reached_mu([{"step": 0, "mu": 0.3}, {"step": 5, "mu": 0.89}], rule)
+    assert reached_mu([{"step": 0, "mu": 0.3}, {"step": 5, "mu": 0.9}], rule)
+    assert not reached_mu([{"step": 0, "mu": 0.95}], Convergence())  # no stop_at_mu: never
+
+
+def test_the_committed_beta_study_keeps_its_identity():
+    """The keys added for the real-LM study (gguf_file, prompts, samples, stop_at_mu) count only when set: every
+    committed β-study run is still read as finished, not retrained."""
+    study = load_study(ROOT / "bench" / "beta.yaml")
+    out = ROOT / "bench" / "results" / "beta"
+    runs = study_runs(study)
+    assert runs and all(read_result(out, study, r) is not None for r in runs)
+
+
+def test_the_real_lm_study_config_reads():
+    study = load_study(ROOT / "bench" / "real_lm.yaml")
+    assert study.gguf_file.endswith(".gguf") and study.prompts == {"train": 8, "test": 8}
+    assert study.convergence.stop_at_mu == 0.9 and study.samples > 0
+    assert {r.arm for r in study_runs(study)} == {"grpo", "forward_kl", "alpha_dpg"}
+
+
+def test_lists_go_to_the_training_command_as_separate_values():
+    argv = recipe_argv("r.yaml", {"lora_target_modules": ["a.q_proj", "b.v_proj"], "use_peft": True, "x": {"k": 1}})
+    assert argv == ["--config", "r.yaml", "--lora_target_modules", "a.q_proj", "b.v_proj", "--use_peft=true",
+                    '--x={"k": 1}']  # fmt: skip

@@ -60,6 +60,7 @@ def test_metrics_against_brute_force_enumeration():
     pstar, pv = base / base.sum(), probs / probs.sum()
     assert m["mu"] == pytest.approx(0.7) and m["base_mu"] == pytest.approx(0.4)
     assert m["kl_pstar"] == pytest.approx(sum(pstar[i] * math.log(pstar[i] / pv[i]) for i in range(6)))
+    assert m["kl_uniform"] == pytest.approx(sum(math.log((1 / 6) / pv[i]) / 6 for i in range(6)))
     assert m["entropy_valid"] == pytest.approx(-sum(x * math.log(x) for x in pv))
     # draws: each of the 6 valid answers, or "invalid" (mass 0.3); enumerate every ordered k-tuple of draws
     outcomes = list(range(6)) + [None]
