@@ -316,6 +316,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div import preflight
     from rlvr_div.models import TINY_NAME, check_model_settings, resolve_model
     from rlvr_div.rewards import get_reward
+    from rlvr_div.rewards.base import check_validity_reward_index
     from rlvr_div.tasks import check_task
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
@@ -337,11 +338,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
         get_reward(name, **settings.get(name, {}))  # unknown names and settings fail here, in one line
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
-    index = getattr(training, "validity_reward_index", 0)
-    if not 0 <= index < len(rewards):
-        raise ConfigError(
-            f"validity_reward_index={index} but the rewards are {rewards} (indices start at 0, one per reward)"
-        )
+    check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
     check_shaping_rewards(getattr(training, "reward_shaping", "none"), rewards)
     check_entropy_bonus(training, script.trainer)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)

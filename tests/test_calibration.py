@@ -366,11 +366,11 @@ def test_controller_state_is_in_the_checkpoint_before_it_looks_complete(tmp_path
     resumes with a restarted β. Resuming from a checkpoint without it is an error, not a silent restart."""
     from transformers.trainer_callback import TrainerState
 
-    from rlvr_div.trainers.grpo import CONTROLLER_STATE
+    from rlvr_div.trainers.validity_target import CONTROLLER_STATE
 
     trainer = _controller_trainer(tmp_path, tiny_path)
     trainer.create_optimizer_and_scheduler(num_training_steps=3)
-    trainer.controller.update(0.9, 64)
+    trainer.plugin("validity_target").controller.update(0.9, 64)
     trainer.state.global_step = 3
     present_at_completion = []
     save_state = TrainerState.save_to_json
@@ -384,7 +384,7 @@ def test_controller_state_is_in_the_checkpoint_before_it_looks_complete(tmp_path
     folder = tmp_path / "checkpoint-3"
     assert present_at_completion == [True] and (folder / "trainer_state.json").is_file()
     saved = json.loads((folder / CONTROLLER_STATE).read_text())
-    assert saved == json.loads(json.dumps(trainer.controller.state_dict()))
+    assert saved == json.loads(json.dumps(trainer.plugin("validity_target").controller.state_dict()))
     (folder / CONTROLLER_STATE).unlink()
     with pytest.raises(ConfigError, match=CONTROLLER_STATE):
         trainer._load_optimizer_and_scheduler(str(folder))

@@ -136,3 +136,20 @@ def test_crossovers_are_a_median_and_every_seed_never_a_mean():
     assert cell == "median 2 (k = 2, 8; 2/3), none (1/3)"  # the lower median: a k some seed had
     table = _ci_table({1: {"crossover_k": 2.0}, 2: {"crossover_k": 8.0}, 3: {"crossover_k": 4.0}})
     assert _crossover(table["crossover_k"], 3) == "median 4 (k = 2, 4, 8; 3/3)"
+
+
+def test_matched_levels_compares_both_paths_seed_by_seed_at_each_validity():
+    from collapse_bench.aggregate import matched_levels
+
+    def path(points):
+        return [{"step": 5 * i, "mu": mu, "effective_answers": e} for i, (mu, e) in enumerate(points)]
+
+    method = {1: path([(0.3, 18.0), (0.5, 16.0), (0.9, 12.0)]), 2: path([(0.3, 18.0), (0.7, 14.0)])}
+    baseline = {1: path([(0.3, 18.0), (0.7, 10.0), (0.95, 5.0)]), 2: path([(0.3, 18.0), (0.9, 6.0)]), 3: path([])}
+    out = matched_levels(method, baseline, [0.5, 0.8], keys=("effective_answers",))
+    # μ = 0.5: seed 1: method 16 (a point), baseline 18 + (0.2/0.4)·(10 − 18) = 14 → +2; seed 2: method
+    # 18 + (0.2/0.4)·(14 − 18) = 16, baseline 18 + (0.2/0.6)·(6 − 18) = 14 → +2
+    assert out[0]["seeds"] == [1, 2] and out[0]["effective_answers"]["mean"] == pytest.approx(2.0)
+    # μ = 0.8: seed 1: method 16 + (0.3/0.4)·(12 − 16) = 13, baseline 10 + (0.1/0.25)·(5 − 10) = 8 → +5; seed 2's
+    # method path never reaches 0.8, so only seed 1 is compared
+    assert out[1]["seeds"] == [1] and out[1]["effective_answers"]["mean"] == pytest.approx(5.0)

@@ -109,7 +109,7 @@ def test_trainer_clip_cov_is_trl_loss_with_the_selected_advantages_zeroed(tmp_pa
     loss.backward()
     got = _grads(trainer.model)
     trainer.model.zero_grad()
-    sel = trainer.cov_penalty.last_selected
+    sel = trainer.plugin("covariance_penalty").penalty.last_selected
     mask = inputs["completion_mask"]
     assert int(sel.sum()) == math.floor(0.05 * int(mask.sum())) > 0
     cov = token_covariance(trainer._get_per_token_logps_and_entropies(
@@ -137,7 +137,7 @@ def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_pat
     # a policy that has moved since sampling: π_old differs from π_θ by known offsets
     inputs["old_per_token_logps"] = (inputs["old_per_token_logps"] + 0.3 * torch.randn_like(mask.float())) * mask
     loss = trainer._compute_loss(trainer.model, inputs)
-    sel = trainer.cov_penalty.last_selected
+    sel = trainer.plugin("covariance_penalty").penalty.last_selected
     assert int(sel.sum()) == math.floor(0.05 * int(mask.sum())) > 0
     logps = trainer._get_per_token_logps_and_entropies(
         trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),

@@ -17,6 +17,7 @@ from train_checks import assert_train_refuses
 from rlvr_div import toy
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.common import group_diversity
 from rlvr_div.trainers.distributional import (
     DPGConfig,
     check_dpg,
@@ -28,7 +29,6 @@ from rlvr_div.trainers.distributional import (
     pseudo_rewards,
     reinforce_loss,
 )
-from rlvr_div.trainers.grpo import group_diversity
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny" / "alpha_dpg.yaml")
@@ -525,7 +525,7 @@ def test_validity_index_beyond_the_rewards_fails_before_the_model_loads(tiny_pat
 
 def test_trainer_api_checks_the_validity_index_before_the_model_loads(tiny_path, no_model_loads, tmp_path):
     # Python users who build DPGTrainer themselves skip `rlvr-div train`'s checks: the trainer makes its own
-    with pytest.raises(ConfigError, match="validity_reward_index=1 but only 1 reward function"):
+    with pytest.raises(ConfigError, match="validity_reward_index=1 but the rewards are"):
         _trainer(tmp_path, tiny_path, validity_reward_index=1)
 
 

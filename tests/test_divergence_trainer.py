@@ -14,7 +14,7 @@ from launchers import TWO_PROCESSES, processes_of
 from train_checks import make_trainer, run_recipe, trainer_config  # shared helpers (tests/ is on sys.path)
 
 from rlvr_div.cli import main as cli_main
-from rlvr_div.trainers.grpo import group_diversity
+from rlvr_div.trainers.common import group_diversity, replace_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -298,7 +298,7 @@ def test_shaped_advantages_aggregate_and_mask_as_trl(aggregation, scale, tmp_pat
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     torch.manual_seed(0)
     out = GRPOTrainer._generate_and_score_completions(trainer, rows)  # TRL's advantages, unshaped
-    assert torch.isnan(trainer._gathered_rewards).all(dim=1).sum() == 2
-    shaped = trainer._shaped_advantages(out)
+    assert torch.isnan(trainer.gathered_rewards).all(dim=1).sum() == 2
+    shaped = replace_advantages(trainer, trainer.plugin("unlikeliness").advantages(out), out)
     assert torch.allclose(shaped, out["advantages"], atol=1e-6), (shaped, out["advantages"])
     assert (shaped[3::8] == 0).all()

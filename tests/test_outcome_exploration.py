@@ -105,7 +105,7 @@ def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path)
         expected = (grouped - grouped.mean(1, keepdim=True)).view(-1)
         assert not torch.allclose(shaped, rewards), "the shaping did nothing on this batch"
         assert torch.allclose(out["advantages"].double(), expected, atol=1e-5), (batch, out["advantages"], expected)
-    assert trainer.outcome.counts == reference.counts
+    assert trainer.plugin("outcome_exploration").counts.counts == reference.counts
 
 
 def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:

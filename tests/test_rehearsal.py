@@ -20,6 +20,7 @@ from launchers import TWO_PROCESSES, processes_of
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.divergences import token_divergence
+from rlvr_div.trainers.dph import Rehearsal
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes/tiny/dph_forward_kl.yaml")
@@ -278,7 +279,8 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
     with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():  # as the offline stage does
         ref = token_logprobs(trainer.model, prompts, completions, pad_token_id=tok.pad_token_id)
     samples = RehearsalSamples(prompts, completions, ref, tok.pad_token_id)
-    trainer._rehearsal = samples
+    dph = Rehearsal(trainer, samples)  # the DPH-RL plug-in on these samples
+    trainer.plugins.append(dph)
     rehearsal = samples.batch(0, 6, 0, 1)
     # policy rows in TRL's layout: left-padded prompts (6..10 tokens) | right-padded completions (4..8 tokens)
     policy = _trl_layout(_random_rows(g, 5, (6, 10), vocab), _random_rows(g, 5, (4, 8), vocab), tok.pad_token_id)
@@ -287,16 +289,16 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
         alone, entropy_alone, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, ids, mask, width, compute_entropy=True
         )
-        trainer._pending_rehearsal = rehearsal
+        dph._pending = rehearsal
         folded, entropy_folded, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, ids, mask, width, compute_entropy=True
         )
-        separate = trainer._rehearsal_forward(trainer.model, rehearsal)
+        separate = dph._separate_forward(trainer.model, rehearsal)
     on, r_on = policy["completion_mask"].bool(), rehearsal["completion_mask"].bool()
     assert folded.shape == alone.shape
     policy_tol = 0.0 if bf16 else 1e-5  # bf16: bit-identical (before the fix: 0.094 rotary, 0.317 GPT-2)
     assert (folded - alone)[on].abs().max() <= policy_tol and (entropy_folded - entropy_alone)[on].abs().max() <= 1e-5
-    got = trainer._rehearsal_logps
+    got = dph._logps
     assert got.shape == rehearsal["completion_mask"].shape
     if bf16:  # rehearsal rows: batch shapes other than token_logprobs's, so up to bf16 round-off (measured 1.9e-6)
         assert (got - rehearsal["ref_logps"])[r_on].abs().max() < 1e-3
@@ -304,7 +306,7 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
     assert (got - separate)[r_on].abs().max() < 1e-5
     assert (got - rehearsal["ref_logps"])[r_on].abs().max() < 1e-5
     trainer.current_gradient_accumulation_steps = 1
-    assert abs(trainer._rehearsal_term(got, rehearsal).item()) < 1e-6  # forward KL at initialisation
+    assert abs(dph._term(got, rehearsal).item()) < 1e-6  # forward KL at initialisation
 
 
 def _rehearse_in_process(out: Path, *extra: str) -> dict:

@@ -13,14 +13,11 @@ import yaml
 from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.trainers.reward_shaping import (
-    check_reward_shaping,
-    mara_rewards,
-    pass_at_k_estimate,
-    pkpo_advantages,
-    pkpo_rewards,
-    unlikeliness_rewards,
-)
+from rlvr_div.trainers.common import policy_logps_no_grad
+from rlvr_div.trainers.grpo import DivergenceGRPOConfig
+from rlvr_div.trainers.mara import mara_rewards
+from rlvr_div.trainers.pkpo import pass_at_k_estimate, pkpo_advantages, pkpo_rewards
+from rlvr_div.trainers.unlikeliness import unlikeliness_rewards
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = float("nan")
@@ -166,6 +163,12 @@ def test_pkpo_bad_k():
 # Validation and recipes
 
 
+def _shaping_config(tmp_path, name, beta, **params):
+    """The config of a divergence run with ``reward_shaping: name`` (reverse KL at ``beta`` when it is > 0)."""
+    kl = {"divergence": "reverse_kl", "divergence_coef": beta} if beta else {}
+    return trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping=name, **kl, **params)
+
+
 @pytest.mark.parametrize(
     "name, beta, params, message",
     [
@@ -177,22 +180,21 @@ def test_pkpo_bad_k():
         ("pkpo", 0.0, {"pkpo_k": 0}, "pkpo_k must be an integer >= 1"),
         ("pkpo", 0.0, {"pkpo_k": 2.5}, "pkpo_k must be an integer"),
         ("pkpo", 0.0, {"pkpo_k": 9, "num_generations": 8}, "pkpo_k=9 exceeds num_generations=8"),
-        ("none", 0.0, {"pkpo_kk": 2}, "unknown reward shaping parameter 'pkpo_kk'"),
     ],
 )
-def test_check_reward_shaping(name, beta, params, message):
+def test_shaping_checks_are_one_line(name, beta, params, message, tmp_path):
     with pytest.raises(ConfigError) as err:
-        check_reward_shaping(name, beta, **params)
+        _shaping_config(tmp_path, name, beta, **params)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("recipe", ["mara", "unlikeliness", "pkpo"])
-def test_tiny_recipes_hold_valid_shaping_settings(recipe):
+def test_tiny_recipes_hold_valid_shaping_settings(recipe, tmp_path):
     data = yaml.safe_load((ROOT / "recipes" / "tiny" / f"{recipe}.yaml").read_text())
     assert data["reward_shaping"] == recipe and data["trainer"] == "divergence"
     keys = ("mara_tau", "unlikeliness_lambda", "unlikeliness_rank", "pkpo_k", "num_generations")
     params = {k: data[k] for k in keys if k in data}
-    check_reward_shaping(recipe, data.get("divergence_coef", 0.0), **params)
+    _shaping_config(tmp_path, recipe, data.get("divergence_coef", 0.0), **params)
 
 
 @pytest.mark.parametrize(
@@ -254,7 +256,7 @@ def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tin
             ref = (out["ref_per_token_logps"] * mask).sum(-1)
             shaped = mara_rewards(rewards, ref, 8, kw["mara_tau"], kw["divergence_coef"])
         else:  # mean per-token log-prob under the sampling policy
-            old = trainer._policy_logps_no_grad(out)
+            old = policy_logps_no_grad(trainer, out)
             score = (old * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
             shaped = unlikeliness_rewards(
                 rewards, score, 8, kw["unlikeliness_lambda"], kw.get("unlikeliness_rank", "correct")

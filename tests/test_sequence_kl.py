@@ -12,7 +12,7 @@ import torch
 from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.calibration import validity_at
-from rlvr_div.trainers.grpo import group_advantages
+from rlvr_div.trainers.common import group_advantages, policy_logps_no_grad
 from rlvr_div.trainers.sequence_kl import penalised_rewards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def test_trainer_advantages_are_centred_penalised_rewards(tmp_path, tiny_path):
     out = trainer._generate_and_score_completions(rows)
     rewards = torch.tensor(list(trainer._logs["rewards"]["pair_sum"]), dtype=torch.float64)
     mask = out["completion_mask"]
-    policy = trainer._policy_logps_no_grad(out)
+    policy = policy_logps_no_grad(trainer, out)
     log_ratio = ((policy - out["ref_per_token_logps"]) * mask).sum(-1).double()
     assert log_ratio.abs().max() > 1e-3
     shaped = (rewards - beta * log_ratio).view(-1, 8)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
 
-from rlvr_div.trainers.reward_shaping import w_reinforce_advantages
+from rlvr_div.trainers.w_reinforce import w_reinforce_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = float("nan")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlvr_div.errors import ConfigError
+
 
 def completion_text(completion: Any) -> str:
     """The text of one completion: a string (plain prompts) or a list of chat messages (chat prompts)."""
@@ -19,6 +21,15 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     return str(completion)
+
+
+def check_validity_reward_index(index: int, rewards: Sequence[str]) -> None:
+    """One line when ``validity_reward_index`` (the reward whose score 1 makes a completion valid) names none of
+    ``rewards`` (their names, in order)."""
+    if not 0 <= index < len(rewards):
+        raise ConfigError(
+            f"validity_reward_index={index} but the rewards are {list(rewards)} (indices start at 0, one per reward)"
+        )
 
 
 class Reward:

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.common import aggregate, global_masked_mean
+from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
 
 COVARIANCE_PENALTIES = ("none", "clip_cov", "kl_cov")
 
@@ -94,9 +96,9 @@ def kl_cov_penalty(logps: torch.Tensor, old_logps: torch.Tensor, selected: torch
 class CovariancePenalty:
     """Applies Clip-Cov or KL-Cov inside ``DivergenceGRPOTrainer``'s loss.
 
-    The trainer calls :meth:`loss` around its own loss; the one forward that TRL's loss runs reports the current
-    log-probs through :meth:`on_loss_logps`, where the tokens are selected and (Clip-Cov) the advantages TRL is
-    about to read are replaced by a (B, T) copy with zeros on the selected tokens.
+    The plug-in (:class:`CovariancePlugin`) calls :meth:`loss` around the trainer's own loss; the one forward that
+    TRL's loss runs reports the current log-probs through :meth:`on_loss_logps`, where the tokens are selected and
+    (Clip-Cov) the advantages TRL is about to read are replaced by a (B, T) copy with zeros on the selected tokens.
     """
 
     def __init__(self, name: str, ratio: float, lower: float, upper: float, kl_coef: float) -> None:
@@ -188,10 +190,6 @@ class CovariancePenaltyArgs:
         default=0.1, metadata={"help": "KL-Cov: β, the weight of |log π_θ − log π_old| on the selected tokens."}
     )
 
-    def __post_init__(self) -> None:
-        getattr(super(), "__post_init__", lambda: None)()
-        check_covariance_penalty(self)
-
 
 _CLIP_KEYS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")
 _KL_KEYS = ("kl_cov_ratio", "kl_cov_coef")
@@ -234,3 +232,40 @@ def check_covariance_penalty(args: Any) -> None:
             "covariance_penalty 'kl_cov' penalises |log π_θ − log π_old|, which is 0 with zero gradient on fresh "
             "samples: set num_iterations > 1 or steps_per_generation > gradient_accumulation_steps"
         )
+
+
+class CovariancePlugin(GRPOPlugin):
+    """Clip-Cov / KL-Cov around the whole training loss (``covariance_penalty``)."""
+
+    name = "covariance_penalty"
+    Args = CovariancePenaltyArgs
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__(trainer)
+        self.penalty = CovariancePenalty.from_args(trainer.args)
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        check_covariance_penalty(args)
+
+    @classmethod
+    def active(cls, args: Any) -> bool:
+        return args.covariance_penalty != "none"
+
+    def on_logps(self, logps: torch.Tensor) -> None:  # the tokens are selected from the loss forward's log-probs
+        self.penalty.on_loss_logps(logps)
+
+    def wrap_loss(self, loss: LossFn) -> LossFn:
+        trainer = self.trainer
+
+        def restricted(model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+            if not trainer.model.training:
+                return loss(model, inputs)
+            train = trainer._metrics["train"]
+            log = lambda name, x, mask: train[name].append(global_masked_mean(trainer, x, mask))  # noqa: E731
+            return self.penalty.loss(model, inputs, loss, lambda *a: aggregate(trainer, *a), log)
+
+        return restricted
+
+
+PLUGINS = (CovariancePlugin,)

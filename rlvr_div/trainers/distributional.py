@@ -55,14 +55,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.base import completion_text
+from rlvr_div.rewards.base import check_validity_reward_index
+from rlvr_div.trainers.common import completion_mask, log_group_diversity, policy_logps_no_grad, replace_advantages
 from rlvr_div.trainers.entropy_bonus import entropy_bonus
-from rlvr_div.trainers.grpo import group_diversity
 
 DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
 REF_BETA = 1.0  # TRL's `beta` while training with DPG: only switches on TRL's reference log-probs, never a KL term
@@ -297,34 +295,29 @@ class DPGTrainer(GRPOTrainer):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
         config, funcs = bound.get("args"), bound.get("reward_funcs")
         if config is not None and funcs is not None:
-            index, n_funcs = getattr(config, "validity_reward_index", 0), len(funcs) if isinstance(funcs, list) else 1
-            if index >= n_funcs:
-                raise ConfigError(
-                    f"validity_reward_index={index} but only {n_funcs} reward function(s) given (indices start at 0)"
-                )
+            funcs = funcs if isinstance(funcs, list) else [funcs]
+            names = [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in funcs]
+            check_validity_reward_index(getattr(config, "validity_reward_index", 0), names)
         super().__init__(*args, **kwargs)
         self._dpg_valid: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._dpg_valid = rewards_per_func[:, self.args.validity_reward_index] == 1.0  # gathered; NaN → invalid
-        mode = "train" if self.model.training else "eval"
-        group = self.num_generations if mode == "train" else self.num_generations_eval
-        texts = gather_object([completion_text(c).strip() for c in completions])
-        for name, value in group_diversity(self._dpg_valid.cpu(), texts, group).items():
-            self._metrics[mode][f"diversity/{name}"].append(value)
+        log_group_diversity(self, self._dpg_valid, completions)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
+        mask = completion_mask(output)
         policy = output.get("old_per_token_logps")
         if policy is None:  # on-policy: TRL skipped π_old; one no-grad forward gives L_i
-            policy = self._policy_logps_no_grad(output, mode)
+            a = self.args
+            policy = policy_logps_no_grad(
+                self, output, a.per_device_train_batch_size if mode == "train" else a.per_device_eval_batch_size
+            )
         local_policy = (policy * mask).sum(-1)
         local_ref = (output["ref_per_token_logps"] * mask).sum(-1)
         policy_seq = self.accelerator.gather(local_policy.float())
@@ -339,26 +332,9 @@ class DPGTrainer(GRPOTrainer):
         batch = dpg_advantages(
             policy_seq, ref_seq, valid, group, a.dpg_divergence, a.dpg_alpha, a.dpg_clip, a.dpg_z_floor, sampler_seq
         )
-        n_local = mask.size(0)
-        start = self.accelerator.process_index * n_local
-        output["advantages"] = batch.advantages[start : start + n_local].to(mask.device, torch.float32)
+        output["advantages"] = replace_advantages(self, batch.advantages.to(mask.device), output)
         self._log_dpg(batch, valid, mode)
-        logged = self._logs["advantages"]
-        for _ in range(min(len(logged), batch.advantages.numel())):
-            logged.pop()
-        logged.extend(batch.advantages.tolist())
         return output
-
-    def _policy_logps_no_grad(self, output: dict[str, Any], mode: str) -> torch.Tensor:
-        """Per-token log-probs of the current policy on the generated batch (text-only inputs), without gradient."""
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, output["completion_ids"].size(1), batch_size=batch_size
-            )
-        return logps
 
     def _log_dpg(self, batch: DPGBatch, valid: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
@@ -376,10 +352,10 @@ class DPGTrainer(GRPOTrainer):
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         """Sequence-level REINFORCE with the DPG advantages: −mean_i(w_i·A_i)/L_max (see ``reinforce_loss``)."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        completion_ids = inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        attention_mask = torch.cat([prompt_mask, inputs["completion_mask"]], dim=1)
+        mask = completion_mask(inputs)
         logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
         )

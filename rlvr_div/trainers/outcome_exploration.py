@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 STATE_FILE = "outcome_counts.json"
 
@@ -166,10 +168,6 @@ class OutcomeExplorationArgs:
         metadata={"help": "Outcome exploration: c_batch, the weight of the within-group repeat penalty."},
     )
 
-    def __post_init__(self) -> None:
-        getattr(super(), "__post_init__", lambda: None)()
-        check_outcome_exploration(self)
-
 
 def check_outcome_exploration(args: Any) -> None:
     """One-line ConfigError for bad ``outcome_*`` coefficients, or ones set without ``outcome_exploration``."""
@@ -186,3 +184,43 @@ def check_outcome_exploration(args: Any) -> None:
             raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
     if args.outcome_bonus_coef == 0 and args.outcome_penalty_coef == 0:
         raise ConfigError("outcome_bonus_coef and outcome_penalty_coef are both 0: outcome exploration would be inert")
+
+
+class OutcomeExploration(RewardShaping):
+    """Observes each training batch's (prompt, answer) outcomes, shapes its validity rewards, keeps the counts."""
+
+    name = "outcome_exploration"
+    Args = OutcomeExplorationArgs
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__(trainer)
+        self.counts = OutcomeCounts()
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        check_outcome_exploration(args)
+
+    def on_rewards(self, rewards_per_func: torch.Tensor, prompts: list[Any], completions: list[Any],
+                   valid: torch.Tensor, stats: dict[str, float]) -> None:  # fmt: skip
+        trainer = self.trainer
+        if trainer.model.training:  # (prompt, final answer) of the batch, gathered: a group can span processes
+            reward = trainer.reward_funcs[trainer.args.validity_reward_index]
+            self.counts.observe(gather_object(outcomes(prompts, completions, reward)))
+
+    def shape(self, rewards: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
+        trainer, args = self.trainer, self.trainer.args
+        shaped, stats = self.counts.shape(
+            rewards, trainer.num_generations, args.outcome_bonus_coef, args.outcome_penalty_coef
+        )
+        for name, value in stats.items():
+            trainer._metrics["train"][name].append(value)
+        return shaped
+
+    def save(self, checkpoint: Path) -> None:
+        self.counts.save(checkpoint)
+
+    def load(self, checkpoint: Path) -> None:
+        self.counts.load(checkpoint)
+
+
+PLUGINS = (OutcomeExploration,)

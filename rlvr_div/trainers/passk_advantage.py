@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
 def _comb(n: int, k: int) -> int:
@@ -86,10 +88,6 @@ class PassKTrainingArgs:
         metadata={"help": "Pass@k Training: the k of the pass@k objective (1 <= k <= num_generations; 1 = GRPO)."},
     )
 
-    def __post_init__(self) -> None:
-        getattr(super(), "__post_init__", lambda: None)()
-        check_passk_training(self)
-
 
 def check_passk_training(args: object) -> None:
     """One-line ConfigError for a bad ``passk_k``, or one set while ``reward_shaping`` is not ``passk_training``."""
@@ -116,3 +114,19 @@ def check_passk_training(args: object) -> None:
             f"scale_rewards={scale!r} does not act with reward_shaping 'passk_training', whose advantages are "
             "already normalised and used as they are; set scale_rewards: none"
         )
+
+
+class PassKTraining(RewardShaping):
+    name = "passk_training"
+    Args = PassKTrainingArgs
+    direct = True
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        check_passk_training(args)
+
+    def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
+        return passk_training_advantages(rewards == 1.0, group, self.trainer.args.passk_k, scored=~torch.isnan(rewards))
+
+
+PLUGINS = (PassKTraining,)

@@ -18,9 +18,25 @@ baseline of the same expectation up to the factor (G − 1)/G, so the fixed poin
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.common import group_advantages, sampling_logps, sequence_logps
+from rlvr_div.trainers.plugin import GRPOPlugin
+
+
+@dataclass
+class SequenceKLArgs:
+    sequence_kl_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "β of the sequence-level reverse KL in the reward, r' = r − β·Σ_t log(π_old/π_ref) (no KL in the "
+            "loss; with scale_rewards none the optimum is p_β). 0: off."
+        },
+    )
 
 
 def check_sequence_kl(coef: float, divergence_active: bool, reward_shaping: str, aggregation: str) -> None:
@@ -50,3 +66,43 @@ def penalised_rewards(
     columns is then r' = R − β·k1(sequence)."""
     column = (-coef * seq_log_ratio).to(rewards_per_func.dtype).unsqueeze(1)
     return torch.cat([rewards_per_func, column], dim=1), torch.cat([weights, weights.new_ones(1)])
+
+
+class SequenceKL(GRPOPlugin):
+    """Replaces a training batch's advantages by the group advantages of r' (needs TRL's reference log-probs)."""
+
+    name = "sequence_kl"
+    Args = SequenceKLArgs
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        check_sequence_kl(
+            args.sequence_kl_coef, args.divergence_active, args.reward_shaping, args.multi_objective_aggregation
+        )
+
+    @classmethod
+    def active(cls, args: Any) -> bool:
+        return args.sequence_kl_coef > 0
+
+    @classmethod
+    def reference_coef(cls, args: Any) -> float:
+        return float(args.sequence_kl_coef)
+
+    def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:
+        trainer = self.trainer
+        if not trainer.model.training:
+            return None
+        mask = out["completion_mask"]
+        log_ratio = sequence_logps(trainer, sampling_logps(trainer, out) - out["ref_per_token_logps"], mask)
+        trainer._metrics["train"]["sequence_kl/k1"].append(log_ratio.mean().item())
+        rewards, weights = penalised_rewards(
+            trainer.gathered_rewards, trainer.reward_weights.to(log_ratio.device), log_ratio,
+            trainer.args.sequence_kl_coef,
+        )  # fmt: skip
+        return group_advantages(
+            rewards.to(mask.device), weights.to(mask.device), trainer.num_generations,
+            trainer.multi_objective_aggregation, trainer.scale_rewards,
+        )  # fmt: skip
+
+
+PLUGINS = (SequenceKL,)

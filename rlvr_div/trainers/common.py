@@ -1,0 +1,168 @@
+"""The plumbing both of the project's trainers share (``DivergenceGRPOTrainer`` and ``DPGTrainer``), and the
+plug-ins call: TRL's group advantages and loss normalisers, gathered sequence log-probs, the per-step diversity
+metrics, and the replacement of TRL's advantages by shaped ones.
+
+Every function takes the trainer (a ``trl.GRPOTrainer``) as its first argument where it needs one; none keeps state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import nanstd
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.rewards.base import completion_text
+
+
+def group_advantages(
+    rewards_per_func: torch.Tensor,
+    weights: torch.Tensor,
+    group: int,
+    aggregation: str = "sum_then_normalize",
+    scale: str = "group",
+) -> torch.Tensor:
+    """TRL 1.16's GRPO advantages from gathered rewards (N, K) of K reward functions, N in consecutive groups.
+
+    ``sum_then_normalize``: R_i = Σ_k w_k·r_ik (NaN terms skipped), A_i = (R_i − mean_group R) / (std + 1e-4) with
+    the std of the group (``scale`` "group"), of the batch ("batch") or no division ("none").
+    ``normalize_then_sum`` (GDPO): each reward is standardised within its group first, R_i = Σ_k w_k·z_ik, and
+    A_i = (R_i − mean R)/(std R + 1e-4) over the batch. A completion that no function scores (all NaN) is left out of
+    every mean and std and gets A_i = 0; means and stds are NaN-aware, stds with Bessel's correction."""
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        grouped = rewards.view(-1, group)
+        mean = torch.nanmean(grouped, dim=1).repeat_interleave(group)
+        if scale == "batch":
+            std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        else:
+            std = nanstd(grouped, dim=1).repeat_interleave(group) if group > 1 else torch.zeros_like(rewards)
+        advantages = rewards - mean
+        if scale != "none":
+            advantages = advantages / (std + 1e-4)
+    elif aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, group, rewards_per_func.size(1))
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True) if group > 1 else torch.zeros_like(mean_k)
+        standardised = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, rewards_per_func.size(1))
+        rewards = (standardised * weights.unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())
+        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
+    else:
+        raise ConfigError(f"unknown multi_objective_aggregation {aggregation!r}")
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def trainer_group_advantages(trainer: Any, rewards_per_func: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """:func:`group_advantages` with the trainer's reward weights, group size, aggregation and scaling."""
+    return group_advantages(
+        rewards_per_func.to(device), trainer.reward_weights.to(device), trainer.num_generations,
+        trainer.multi_objective_aggregation, trainer.scale_rewards,
+    )  # fmt: skip
+
+
+def group_diversity(valid: torch.Tensor, texts: list[str], group: int) -> dict[str, float]:
+    """Per-group statistics of a batch laid out as consecutive groups of ``group`` completions of one prompt.
+
+    ``pass_at_group``: fraction of groups with ≥ 1 valid completion (pass@G); ``distinct_valid``: mean number of
+    distinct valid texts per group; ``valid_rate``: fraction of valid completions.
+    """
+    if len(texts) != valid.numel() or valid.numel() % group:
+        raise ValueError(f"{valid.numel()} completions do not form groups of {group}")
+    v = valid.view(-1, group)
+    distinct = [len({texts[g * group + i] for i in range(group) if v[g, i]}) for g in range(v.size(0))]
+    return {
+        "pass_at_group": v.any(dim=1).float().mean().item(),
+        "distinct_valid": sum(distinct) / len(distinct),
+        "valid_rate": v.float().mean().item(),
+    }
+
+
+def log_group_diversity(trainer: Any, valid: torch.Tensor, completions: list[Any]) -> dict[str, float]:
+    """Log ``diversity/*`` (:func:`group_diversity`) of a batch from its gathered validity (N,) and this process's
+    completions (their texts are gathered here: a prompt's group can span processes); returns the statistics."""
+    mode = "train" if trainer.model.training else "eval"
+    group = trainer.num_generations if mode == "train" else trainer.num_generations_eval
+    texts = gather_object([completion_text(c).strip() for c in completions])
+    stats = group_diversity(valid.cpu(), texts, group)
+    for name, value in stats.items():
+        trainer._metrics[mode][f"diversity/{name}"].append(value)
+    return stats
+
+
+def replace_advantages(trainer: Any, advantages: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
+    """This process's slice of gathered advantages (N,), which also replace the ones TRL logged last for the batch."""
+    logged = trainer._logs["advantages"]  # TRL logged the unshaped advantages of this batch last: replace them
+    for _ in range(min(advantages.numel(), len(logged))):
+        logged.pop()
+    logged.extend(advantages.tolist())
+    local = out["completion_mask"].size(0)
+    start = trainer.accelerator.process_index * local
+    return advantages[start : start + local].to(out["advantages"].device, out["advantages"].dtype)
+
+
+def sequence_logps(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, mean: bool = False) -> torch.Tensor:
+    """Sequence log-probs of the local batch (sum over the completion, or mean per token), gathered over processes."""
+    total = (per_token * mask).sum(-1)
+    if mean:
+        total = total / mask.sum(-1).clamp(min=1.0)
+    return trainer.accelerator.gather(total)
+
+
+def policy_logps_no_grad(trainer: Any, out: dict[str, Any], batch_size: int | None = None) -> torch.Tensor:
+    """Per-token log-probs of the current policy on a generated batch (text-only inputs), without gradient: the
+    sampling policy π_old when TRL skipped computing it (on-policy steps)."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attention, out["completion_ids"].size(1), batch_size=batch_size
+        )
+    return logps
+
+
+def sampling_logps(trainer: Any, out: dict[str, Any]) -> torch.Tensor:
+    """log π_old per token: TRL's when it computed them (off-policy steps), else one no-grad forward."""
+    old = out.get("old_per_token_logps")
+    return policy_logps_no_grad(trainer, out) if old is None else old
+
+
+def global_masked_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Σ x·mask / Σ mask over all processes."""
+    totals = trainer.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
+    return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+
+def aggregate(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """TRL's normaliser of the policy loss for the trainer's ``loss_type`` (gradient accumulation included), applied
+    to a per-token term: an extra term then enters the loss on the policy loss's own scale."""
+    training = trainer.model.training
+    accum = trainer.current_gradient_accumulation_steps if training else 1.0
+    masked = per_token * mask
+    lt = trainer.loss_type
+    if lt in ("grpo", "sapo"):
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+    if lt == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0) / accum
+    if lt == "dr_grpo":
+        return masked.sum() / (per_token.size(0) * trainer.max_completion_length) / accum
+    if lt in ("cispo", "dapo", "vespo"):
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
+        if training:
+            normalizer = normalizer * trainer.current_gradient_accumulation_steps / trainer.args.steps_per_generation
+        return masked.sum() / normalizer
+    if lt == "luspo":
+        return masked.sum(-1).mean() / accum
+    raise ValueError(f"unknown loss_type {lt!r}")
+
+
+def completion_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """The completion tokens that count: TRL's completion mask, times its tool mask when there is one."""
+    mask = inputs["completion_mask"]
+    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask

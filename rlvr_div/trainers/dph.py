@@ -1,0 +1,201 @@
+"""DPH-RL's rehearsal term (Li et al., ICLR 2026) as a GRPO plug-in (``rehearsal_path``).
+
+GRPO runs on D_exp (set ``divergence: none``: no reference model at all) and every micro-step adds
+
+    η · mean_t f(u_t),   u_t = π_θ(y_t|·) / π_ref(y_t|·)
+
+over a shard of the stored rehearsal samples (correct samples of the near-perfect prompts D_pef, drawn once from
+the initial policy by ``rlvr-div rehearse``, with their per-token reference log-probs), with f the generator of
+``rehearsal_divergence`` evaluated on reference samples (``source="reference"``): for forward KL,
+f(u) = u − log u − 1. The stored samples are filtered (y ∼ a(·|correct)), so this is not the NLL: its gradient is 0
+at π = a and its minimiser keeps π(y) = a(y) on the correct answers (π(correct) = a(correct)); it preserves the base
+there. The global rehearsal batch (``rehearsal_batch_size``) is split over processes and gradient-accumulation
+micro-steps. The rehearsal rows are stacked under the policy's rows in the one forward TRL runs for its loss (one
+forward and one backward per micro-step, as in GRPO without KL), every token at its own position (see
+:meth:`Rehearsal.forward`); a separate forward is used only where TRL's loss does not score per-token log-probs.
+
+The ``rehearsal_k``, ``rehearsal_threshold``, ``rehearsal_top_p`` and ``rehearsal_sampling_batch_size`` keys are read
+by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`) from the same recipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
+from rlvr_div.errors import ConfigError
+from rlvr_div.trainers.plugin import GRPOPlugin
+
+
+@dataclass
+class RehearsalArgs:
+    """Recipe keys of DPH-RL: the rehearsal term and its offline sampling stage."""
+
+    rehearsal_path: str | None = field(
+        default=None,
+        metadata={"help": "DPH-RL: directory written by `rlvr-div rehearse` (enables the rehearsal term)."},
+    )
+    rehearsal_divergence: str = field(
+        default="forward_kl", metadata={"help": "DPH-RL: divergence of the rehearsal term (forward_kl, js, alpha)."}
+    )
+    rehearsal_coef: float = field(default=0.02, metadata={"help": "DPH-RL: η, the coefficient of the rehearsal term."})
+    rehearsal_k: int = field(default=8, metadata={"help": "DPH-RL offline stage: samples per prompt (k)."})
+    rehearsal_threshold: int | None = field(
+        default=None,
+        metadata={"help": "DPH-RL offline stage: correct samples (of k) that put a prompt in D_pef; default k."},
+    )
+    rehearsal_top_p: float = field(default=1.0, metadata={"help": "DPH-RL offline stage: top_p of the sampling."})
+    rehearsal_sampling_batch_size: int = field(
+        default=256, metadata={"help": "DPH-RL offline stage: sequences per generate call."}
+    )
+    rehearsal_batch_size: int = field(
+        default=32, metadata={"help": "DPH-RL: rehearsal samples per optimizer step, over all processes."}
+    )
+
+
+def _completion_columns(offsets: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, C) column indices offsets[i] + t, t < C = the completion width of a rehearsal ``batch``."""
+    width = batch["completion_mask"].size(1)
+    return offsets.unsqueeze(1) + torch.arange(width, device=offsets.device)
+
+
+class Rehearsal(GRPOPlugin):
+    """The rehearsal term: folds a shard of stored samples into the loss forward and adds η·mean_t f(u_t)."""
+
+    name = "dph_rehearsal"
+    Args = RehearsalArgs
+
+    def __init__(self, trainer: Any, samples: Any = None) -> None:
+        """``samples``: the stored rehearsal samples (default: loaded from ``rehearsal_path``)."""
+        from rlvr_div.rehearsal_set import load_rehearsal_samples
+
+        super().__init__(trainer)
+        self.samples = load_rehearsal_samples(trainer.args.rehearsal_path) if samples is None else samples
+        self._micro = 0
+        self._pending: dict[str, torch.Tensor] | None = None  # the micro-step's shard, until the loss forward folds it
+        self._batch: dict[str, torch.Tensor] | None = None  # the shard of the running loss
+        self._logps: torch.Tensor | None = None  # its log-probs, from the folded forward
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        if args.rehearsal_path is None:
+            return
+        DIVERGENCES.get(args.rehearsal_divergence)
+        check_divergence_params(args.rehearsal_divergence, **args.divergence_params(args.rehearsal_divergence))
+        if args.rehearsal_coef < 0:
+            raise ConfigError(f"rehearsal_coef must be >= 0, got {args.rehearsal_coef}")
+        if args.rehearsal_k < 1 or not 1 <= (args.rehearsal_threshold or args.rehearsal_k) <= args.rehearsal_k:
+            raise ConfigError(
+                f"need rehearsal_k >= 1 and 1 <= rehearsal_threshold <= rehearsal_k, got {args.rehearsal_k} "
+                f"and {args.rehearsal_threshold}"
+            )
+        if args.rehearsal_batch_size < 1:
+            raise ConfigError(f"rehearsal_batch_size must be >= 1, got {args.rehearsal_batch_size}")
+
+    @classmethod
+    def active(cls, args: Any) -> bool:
+        return args.rehearsal_path is not None
+
+    @classmethod
+    def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
+        """The checks ``rlvr-div train`` makes before loading, for Python users: the rehearsal set exists, is not
+        empty, was sampled at this ``temperature`` and with this tokenizer (``processing_class``, when given)."""
+        from transformers import ProcessorMixin
+
+        from rlvr_div.rehearsal_set import check_rehearsal
+
+        tokenizer = arguments.get("processing_class")
+        if isinstance(tokenizer, ProcessorMixin):
+            tokenizer = tokenizer.tokenizer
+        check_rehearsal(config.rehearsal_path, tokenizer=tokenizer, temperature=config.temperature)
+
+    # -- the micro-step's shard: set before TRL's loss, folded into its forward, scored after it
+    def before_loss(self, model: Any, inputs: dict[str, Any]) -> None:
+        self._batch = self._next_batch() if self.trainer.model.training else None
+        self._pending, self._logps = self._batch, None
+
+    def forward(self, base: Callable[..., Any], model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                logits_to_keep: int, batch_size: int | None, compute_entropy: bool, compute_aux_loss: bool,
+                **kwargs: Any) -> Any:  # fmt: skip
+        """One forward over the policy rows and the rehearsal rows stacked below them, every token at the position it
+        has in a forward of its own, so the policy rows score exactly as in TRL's own forward.
+
+        The policy rows keep TRL's layout [left-padded prompt | completion] column for column and only gain right
+        padding, which no real token attends to. The rehearsal rows come left-aligned [prompt | completion |
+        padding] (:class:`~rlvr_div.rehearsal_set.RehearsalSamples`), the layout their reference log-probs were
+        computed in. The scored window starts at the earliest completion column of any row; each row's completion
+        is cut out of it at its own offset. Multimodal or MoE inputs keep TRL's forward (the shard then takes a
+        forward of its own)."""
+        rehearsal = self._pending
+        if rehearsal is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
+            return None
+        self._pending = None
+        rows, width = input_ids.shape
+        start = width - logits_to_keep  # first completion column of the policy rows
+        r_ids, r_start = rehearsal["input_ids"], rehearsal["prompt_lengths"]
+        r_mask = rehearsal["attention_mask"].to(attention_mask.dtype)
+        total, first = max(width, r_ids.size(1)), min(start, int(r_start.min()))
+        pad = self.samples.pad_token_id
+        ids = torch.cat([F.pad(input_ids, (0, total - width), value=pad), F.pad(r_ids, (0, total - r_ids.size(1)))])
+        mask = torch.cat([F.pad(attention_mask, (0, total - width)), F.pad(r_mask, (0, total - r_ids.size(1)))])
+        chunk = None if batch_size is None or batch_size >= rows else batch_size
+        logps, entropies, _ = base(model, ids, mask, total - first, chunk, compute_entropy)
+        self._logps = logps[rows:].gather(1, _completion_columns(r_start - first, rehearsal))
+        policy = slice(start - first, start - first + logits_to_keep)
+        return logps[:rows, policy], None if entropies is None else entropies[:rows, policy], None
+
+    def loss_term(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+        batch, logps = self._batch, self._logps
+        self._batch = self._pending = self._logps = None
+        if batch is None:
+            return None
+        if logps is None:  # TRL's loss did not score per-token log-probs (e.g. a fused kernel): a separate forward
+            logps = self._separate_forward(model, batch)
+        return self.trainer.args.rehearsal_coef * self._term(logps, batch)
+
+    def _next_batch(self) -> dict[str, torch.Tensor]:
+        """This process's shard of the micro-step's rehearsal batch (deterministic in the step: survives a resume)."""
+        trainer = self.trainer
+        accum = trainer.current_gradient_accumulation_steps
+        world = trainer.accelerator.num_processes
+        local = max(1, trainer.args.rehearsal_batch_size // (world * accum))
+        call = trainer.state.global_step * accum + self._micro % accum
+        self._micro += 1
+        batch = self.samples.batch(call, local, trainer.accelerator.process_index, world, seed=trainer.args.seed)
+        return {key: value.to(trainer.accelerator.device) for key, value in batch.items()}
+
+    def _separate_forward(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log π_θ of the stored completion tokens from a forward of its own (left-aligned rows, default positions),
+        at the sampling temperature."""
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        # the logits that predict completion token t of row i sit at column prompt_lengths[i] − 1 + t
+        columns = _completion_columns(batch["prompt_lengths"] - 1, batch)
+        logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+        # log-probs at the temperature the stored reference log-probs were computed at (checked against summary.json)
+        logps = torch.log_softmax(logits.float() / self.trainer.temperature, dim=-1)
+        return logps.gather(-1, batch["input_ids"].gather(1, columns + 1).unsqueeze(-1)).squeeze(-1)
+
+    def _term(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """mean_t f(u_t) over this process's rehearsal shard, u_t = π_θ/π_ref at the stored tokens (f on reference
+        samples), divided by the accumulation steps like the policy loss."""
+        trainer = self.trainer
+        completion_mask = batch["completion_mask"]
+        name = trainer.args.rehearsal_divergence
+        per_token = token_divergence(
+            name, logps, batch["ref_logps"], source="reference", **trainer.args.divergence_params(name)
+        )
+        tokens = completion_mask.sum().clamp(min=1.0)
+        value = (per_token * completion_mask).sum() / tokens
+        nll = -(logps.detach() * completion_mask).sum() / tokens
+        metrics = trainer._metrics["train"]
+        metrics[f"rehearsal/{name}"].append(trainer.accelerator.gather(value.detach()).mean().item())
+        metrics["rehearsal/nll"].append(trainer.accelerator.gather(nll).mean().item())
+        return value / trainer.current_gradient_accumulation_steps
+
+
+PLUGINS = (Rehearsal,)

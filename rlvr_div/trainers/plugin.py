@@ -1,0 +1,125 @@
+"""GRPO extensions as plug-ins: one method, one module.
+
+A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
+- ``Args``: the dataclass of its recipe keys, a mixin of ``DivergenceGRPOConfig`` (its fields become recipe keys);
+- ``prepare(args)``: its one-line checks (a :class:`~rlvr_div.errors.ConfigError`), run while the config is built,
+  before any model loads, in registration order (it may resolve its own keys, e.g. a synonym);
+- ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
+- the hooks it needs, each a no-op by default (the trainer calls them in registration order):
+  ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
+  of every such forward), ``on_rewards`` (the gathered rewards and validity of a batch), ``advantages`` (replace
+  TRL's advantages: at most one active plug-in may), ``wrap_loss`` (run around the whole loss), ``before_loss`` and
+  ``loss_term`` (a term added to TRL's policy loss), ``save``/``load`` (state that travels with checkpoints);
+- ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs).
+
+It is registered by one line in :data:`PLUGIN_MODULES` (the order there is the order of checks, hooks and loss
+terms). The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a method is a new module,
+its line here, its recipe, its docs row and its tests (docs/methods.md, "Adding a method").
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+# the plug-in modules, in the order their checks, hooks and loss terms run
+PLUGIN_MODULES = (
+    "rlvr_div.trainers.divergence_term",
+    "rlvr_div.trainers.dph",
+    "rlvr_div.trainers.validity_target",
+    "rlvr_div.trainers.covariance_clip",
+    "rlvr_div.trainers.reward_shaping",
+    "rlvr_div.trainers.mara",
+    "rlvr_div.trainers.unlikeliness",
+    "rlvr_div.trainers.pkpo",
+    "rlvr_div.trainers.w_reinforce",
+    "rlvr_div.trainers.passk_advantage",
+    "rlvr_div.trainers.outcome_exploration",
+    "rlvr_div.trainers.sequence_kl",
+)
+
+LossFn = Callable[[Any, dict[str, Any]], torch.Tensor]
+
+
+class GRPOPlugin:
+    """One GRPO extension (see the module docstring); ``self.trainer`` is the ``DivergenceGRPOTrainer`` it runs in."""
+
+    name: ClassVar[str] = ""
+    Args: ClassVar[type | None] = None
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        """Resolve and check this plug-in's keys of a config (one-line ConfigErrors); runs for every config."""
+
+    @classmethod
+    def active(cls, args: Any) -> bool:
+        return False
+
+    @classmethod
+    def reference_coef(cls, args: Any) -> float:
+        """TRL's ``beta`` while this plug-in is active: non-zero makes TRL load or derive the reference model."""
+        return 0.0
+
+    @classmethod
+    def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
+        """Checks on ``GRPOTrainer.__init__``'s bound ``arguments`` before it loads the model (Python users)."""
+
+    def forward(self, base: Callable[..., Any], model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                logits_to_keep: int, batch_size: int | None, compute_entropy: bool, compute_aux_loss: bool,
+                **kwargs: Any) -> Any:  # fmt: skip
+        """Run the per-token log-prob forward in place of TRL's ``base`` (same arguments and result), or None."""
+        return None
+
+    def on_logps(self, logps: torch.Tensor) -> None:
+        """The per-token log-probs (B, T) of each per-token forward the trainer runs."""
+
+    def on_rewards(self, rewards_per_func: torch.Tensor, prompts: list[Any], completions: list[Any],
+                   valid: torch.Tensor, stats: dict[str, float]) -> None:  # fmt: skip
+        """A scored batch: gathered rewards (N, K), this process's prompts and completions, gathered validity (N,) and
+        the batch's ``diversity/*`` statistics."""
+
+    def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:
+        """Gathered advantages (N,) replacing TRL's for a training batch (``out`` is TRL's generation output), or
+        None to keep them."""
+        return None
+
+    def wrap_loss(self, loss: LossFn) -> LossFn:
+        """The loss to run instead of ``loss`` (e.g. ``loss`` with some tokens masked)."""
+        return loss
+
+    def before_loss(self, model: Any, inputs: dict[str, Any]) -> None:
+        """Called before TRL's policy loss runs its forward."""
+
+    def loss_term(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """A term added to TRL's policy loss (after its forward), or None."""
+        return None
+
+    def save(self, checkpoint: Path) -> None:
+        """Write this plug-in's state into a checkpoint folder (before the Trainer marks it complete)."""
+
+    def load(self, checkpoint: Path) -> None:
+        """Restore this plug-in's state from a checkpoint folder."""
+
+
+def plugin_classes() -> list[type[GRPOPlugin]]:
+    """Every registered plug-in class, in :data:`PLUGIN_MODULES` order (a module may hold several, in its order)."""
+    out: list[type[GRPOPlugin]] = []
+    for module in PLUGIN_MODULES:
+        out += list(getattr(importlib.import_module(module), "PLUGINS", ()))
+    return out
+
+
+def plugin_args() -> tuple[type, ...]:
+    """The recipe-key dataclasses of the plug-ins, mixins of ``DivergenceGRPOConfig`` (first listed, first in MRO)."""
+    seen: list[type] = []
+    for cls in plugin_classes():
+        if cls.Args is not None and cls.Args not in seen:
+            seen.append(cls.Args)
+    return tuple(seen)
