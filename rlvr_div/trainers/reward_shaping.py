@@ -36,8 +36,8 @@ class RewardShapingArgs:
     reward_shaping: str = field(
         default="none",
         metadata={
-            "help": "Group reward transform: none, mara (needs divergence_coef > 0), unlikeliness, pkpo, w_reinforce, "
-            "passk_training, outcome_exploration."
+            "help": "Group reward or advantage shaping: none or a shaping plug-in (mara, needing divergence_coef > 0; "
+            "unlikeliness, pkpo, w_reinforce, passk_training, outcome_exploration, ...)."
         },
     )
 
