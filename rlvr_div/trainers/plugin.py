@@ -39,6 +39,7 @@ PLUGIN_MODULES = (
     "rlvr_div.trainers.w_reinforce",
     "rlvr_div.trainers.passk_advantage",
     "rlvr_div.trainers.outcome_exploration",
+    "rlvr_div.trainers.rloo",
     "rlvr_div.trainers.sequence_kl",
 )
 
