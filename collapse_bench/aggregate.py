@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,32 @@ def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | No
             w = (mu - a["mu"]) / (b["mu"] - a["mu"])
             return float(a[key] + w * (b[key] - a[key]))
     return float(points[0][key]) if len(points) == 1 and points[0]["mu"] == mu else None
+
+
+def matched_levels(
+    method_paths: dict[int, list[dict[str, Any]]],
+    baseline_paths: dict[int, list[dict[str, Any]]],
+    levels: Sequence[float],
+    keys: Sequence[str] = MATCHED,
+) -> list[dict[str, Any]]:
+    """Two methods compared along both of their training paths at fixed validities: for each level μ and seed s
+    whose two paths both reach μ, d_s = x(method path at μ) − x(baseline path at μ) (:func:`path_value_at`), for
+    each number x in ``keys``; per level, mean ± t-interval of d_s over those seeds (``paired_difference``) and the
+    seeds that took part. No end point is chosen, so no selection rule is involved that the untrained base could win.
+    """
+    out = []
+    for mu in levels:
+        diffs: dict[str, dict[int, float]] = {k: {} for k in keys}
+        for seed in sorted(set(method_paths) & set(baseline_paths)):
+            for k in keys:
+                a, b = path_value_at(method_paths[seed], mu, k), path_value_at(baseline_paths[seed], mu, k)
+                if a is not None and b is not None:
+                    diffs[k][seed] = a - b
+        entry: dict[str, Any] = {"mu": mu, "seeds": sorted(diffs[keys[0]])}
+        for k in keys:
+            entry[k] = paired_difference(diffs[k], dict.fromkeys(diffs[k], 0.0))
+        out.append(entry)
+    return out
 
 
 def matched_validity(

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_study import BASE, STATE, Study, closed_form_mu, read_result, study_runs
 from collapse_bench.report import _bars, _num, _pm, _table
 from collapse_bench.stats import mean_ci, paired_difference
@@ -150,11 +151,43 @@ def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | No
             ])  # fmt: skip
     lines += _table(header, rows) + [""]
     lines += arm_comparison(agg)
+    lines += frontier(study, out)
     lines += [f"![end points against β]({plots[0].name})", "", f"![paths]({plots[1].name})", "", "Per arm:", ""]
     lines += [_verdict_line(name, arm) for name, arm in agg["arms"].items()] + [""]
     path = out / "beta.md"
     path.write_text("\n".join(lines))
     return path
+
+
+FRONTIER_LEVELS = (0.75, 0.85, 0.9)
+
+
+def frontier(study: Study, out: Path, baseline: str = "grpo") -> list[str]:
+    """Every arm and β against stock GRPO at fixed validities along both training paths, seed by seed
+    (:func:`collapse_bench.aggregate.matched_levels`): no end point is chosen, so the comparison needs no selection
+    rule (one the untrained base could win); a β whose path never reaches a level has no row there."""
+    paths: dict[tuple[str, float | None], dict[int, list[dict[str, Any]]]] = {}
+    for run in study_runs(study):
+        result = read_result(out, study, run)
+        if result is not None:
+            paths.setdefault((run.arm, run.beta), {})[run.seed] = result["path"]
+    base = paths.get((baseline, None))
+    if not base:
+        return []
+    rows = []
+    for (arm, beta), by_seed in paths.items():
+        if arm == baseline:
+            continue
+        for lv in matched_levels(by_seed, base, FRONTIER_LEVELS, ("effective_answers", "kl_pstar")):
+            if not lv["seeds"]:
+                continue
+            cells = [_pm(lv[k], d) + (" **" if lv[k]["separated"] else "") for k, d in
+                     (("effective_answers", 2), ("kl_pstar", 2))]  # fmt: skip
+            rows.append([arm, "—" if beta is None else f"{beta:g}", f"{lv['mu']:.2f}", str(len(lv["seeds"])), *cells])
+    head = ["arm", "β", "μ", "seeds", "Δ eff. answers", "Δ KL(p*‖π_v)"]
+    return [f"Each arm against `{baseline}` at the same validity μ on the training prompts, read off both training "
+            "paths of the same seed (linear between path points; ** = the 95% interval over seeds excludes 0); no end "
+            "point is chosen:", "", *_table(head, rows), ""]  # fmt: skip
 
 
 def arm_comparison(agg: dict[str, Any]) -> list[str]:

@@ -203,3 +203,42 @@ def test_lists_go_to_the_training_command_as_separate_values():
     argv = recipe_argv("r.yaml", {"lora_target_modules": ["a.q_proj", "b.v_proj"], "use_peft": True, "x": {"k": 1}})
     assert argv == ["--config", "r.yaml", "--lora_target_modules", "a.q_proj", "b.v_proj", "--use_peft=true",
                     '--x={"k": 1}']  # fmt: skip
+
+
+def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_path):
+    """collapse_bench.real_lm_report from hand-made results: end numbers over seeds and the matched-validity
+    differences read off the two paths of each seed."""
+    from collapse_bench.beta_study import run_identity
+    from collapse_bench.real_lm_report import aggregate, report
+    from eval.records import write_json
+
+    study = load_study(ROOT / "bench" / "real_lm.yaml")
+
+    def mean(mu, eff):
+        return {"mu": mu, "effective_answers": eff, "kl_pstar": 0.1, "kl_uniform": 0.2, "cov_at": {"64": 0.5},
+                "pass_at": {"64": 1.0}, "problems": 8}  # fmt: skip
+
+    splits = ("train", "test")
+    write_json(tmp_path / "base.json", {"splits": {s: {"summary": {"mean": mean(0.3, 18.0)}} for s in splits}})
+    paths = {"grpo": [(0.3, 18.0), (0.7, 10.0), (0.95, 4.0)], "forward_kl": [(0.3, 18.0), (0.5, 17.0), (0.9, 14.0)]}
+    for run in study_runs(study):
+        if run.arm == "alpha_dpg" or run.seed == 3:
+            continue  # unfinished
+        path = [{"step": 5 * i, "mu": m, "effective_answers": e + run.seed, "kl_pstar": 0.0, "kl_uniform": 0.0}
+                for i, (m, e) in enumerate(paths[run.arm])]  # fmt: skip
+        sampling = {"sampled_validity": 0.9, "noncanonical_mass": 0.0}
+        end = {s: {"mean": mean(path[-1]["mu"], path[-1]["effective_answers"]), "sampling": sampling} for s in splits}
+        result = {"run": {"arm": run.arm, "beta": run.beta, "seed": run.seed}, "identity": run_identity(study, run),
+                  "path": path, "splits": end, "steps": path[-1]["step"], "train": {"seconds": 20.0},
+                  "reached_stop_mu": True}  # fmt: skip
+        (tmp_path / "runs" / run.key).mkdir(parents=True)
+        write_json(tmp_path / "runs" / run.key / "result.json", result)
+    agg = aggregate(study, tmp_path)
+    assert sorted(agg["arms"]) == ["forward_kl β=0.1", "grpo"] and len(agg["missing"]) == 5
+    assert agg["arms"]["grpo"]["seconds_per_step"]["mean"] == pytest.approx(2.0)  # 20 s over 10 steps
+    at = {lv["mu"]: lv for lv in agg["matched"]["forward_kl β=0.1"]}
+    # μ = 0.5 on both seeds: forward KL 17 + s, GRPO 18 + s + (0.2/0.4)·(10 − 18) = 14 + s → +3
+    assert at[0.5]["seeds"] == [1, 2] and at[0.5]["effective_answers"]["mean"] == pytest.approx(3.0)
+    # μ = 0.9: forward KL 14 + s, GRPO 10 + s + (0.2/0.25)·(4 − 10) = 5.2 + s → +8.8
+    assert at[0.9]["effective_answers"]["mean"] == pytest.approx(8.8)
+    assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study)
