@@ -13,10 +13,11 @@ import yaml
 from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.passk import pass_at_k_estimate
 from rlvr_div.trainers.common import policy_logps_no_grad
 from rlvr_div.trainers.grpo import DivergenceGRPOConfig
 from rlvr_div.trainers.mara import mara_rewards
-from rlvr_div.trainers.pkpo import pass_at_k_estimate, pkpo_advantages, pkpo_rewards
+from rlvr_div.trainers.pkpo import pkpo_advantages, pkpo_rewards
 from rlvr_div.trainers.unlikeliness import unlikeliness_rewards
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,11 +108,12 @@ def test_unlikeliness_ties_nan_and_groups():
 
 
 @pytest.mark.parametrize("n", [1, 4, 8, 16])
-def test_pass_at_k_estimate_matches_product_form(n):
+def test_pass_at_k_estimate_is_the_subset_average(n):
+    """ρ(n, c, k) = 1 − C(n−c, k)/C(n, k), the fraction of size-k subsets holding a correct sample; ρ(n, c, 0) = 0."""
     for c in range(n + 1):
+        assert pass_at_k_estimate(n, c, 0) == 0.0
         for k in range(1, n + 1):
-            product = 1.0 if n - c < k else 1 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
-            assert pass_at_k_estimate(n, c, k) == pytest.approx(product, abs=1e-12)
+            assert pass_at_k_estimate(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k), abs=1e-12)
 
 
 def test_pkpo_hand_values():

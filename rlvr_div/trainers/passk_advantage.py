@@ -30,26 +30,22 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.passk import pass_at_k_estimate
 from rlvr_div.trainers.reward_shaping import RewardShaping
-
-
-def _comb(n: int, k: int) -> int:
-    """C(n, k), 0 outside 0 ≤ k ≤ n (also for n < 0)."""
-    return math.comb(n, k) if 0 <= k <= n else 0
 
 
 def passk_group_advantages(n: int, c: int, k: int) -> tuple[float, float]:
     """(A_pos, A_neg) of a group of n responses with c correct, for pass@k (see the module docstring)."""
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    n_neg = n - c
-    mean = 1.0 - _comb(n_neg, k) / _comb(n, k)
+    mean = pass_at_k_estimate(n, c, k)  # R̄ = 1 − C(n_neg, k)/C(n, k)
     var = mean * (1.0 - mean)
-    if var <= 0.0:
+    if var <= 0.0:  # c = 0 or n_neg < k
         return 0.0, 0.0
     sigma = math.sqrt(var)
     a_pos = (1.0 - mean) / sigma
-    a_neg = (1.0 - mean - _comb(n_neg - 1, k - 1) / _comb(n - 1, k - 1)) / sigma
+    # C(n_neg − 1, k − 1)/C(n − 1, k − 1) = 1 − ρ(n − 1, c, k − 1): the k − 1 others of a negative's subsets miss
+    a_neg = (pass_at_k_estimate(n - 1, c, k - 1) - mean) / sigma
     return a_pos, a_neg
 
 

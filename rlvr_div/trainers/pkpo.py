@@ -3,30 +3,19 @@ plug-in (``reward_shaping: pkpo``, ``pkpo_k``)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.passk import pass_at_k_estimate
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
 @dataclass
 class PKPOArgs:
     pkpo_k: int = field(default=1, metadata={"help": "PKPO: the k of the pass@k objective (<= num_generations)."})
-
-
-def pass_at_k_estimate(n: int, c: int, k: int) -> float:
-    """ρ(n, c, k) = 1 − C(n−c, k)/C(n, k): the unbiased pass@k estimate from n samples with c correct.
-
-    It is the average over all size-k subsets of 1[subset has a correct sample]; ρ(n, c, 0) = 0, and ρ = 1 when
-    n − c < k.
-    """
-    if not 0 <= c <= n or not 0 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 0 <= k <= n, got n={n}, c={c}, k={k}")
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _correctgroups(correct: torch.Tensor, group: int, k: int) -> torch.Tensor:
