@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from collapse_bench.beta_report import write_report
-from collapse_bench.beta_study import STATE, load_study, run_study
+from collapse_bench.beta_spec import load_study
+from collapse_bench.beta_study import STATE, run_study
 from collapse_bench.cli import toy_reference
 from collapse_bench.runs import benchmark_lock
 from rlvr_div.errors import ConfigError

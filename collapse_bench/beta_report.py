@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import matched_levels
-from collapse_bench.beta_study import BASE, STATE, Study, closed_form_mu, read_result, study_runs
+from collapse_bench.beta_spec import Study, study_runs
+from collapse_bench.beta_study import BASE, STATE, closed_form_mu, read_result
 from collapse_bench.report import _bars, _num, _pm, _table
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import matched_levels
-from collapse_bench.beta_study import BASE, Study, load_study, read_result, study_runs
+from collapse_bench.beta_spec import Study, load_study, study_runs
+from collapse_bench.beta_study import BASE, read_result
 from collapse_bench.stats import mean_ci
 from eval.records import write_json
 

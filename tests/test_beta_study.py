@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collapse_bench.beta_study import (
-    Convergence,
-    StudyRun,
-    load_study,
-    plateau_step,
-    reached_mu,
-    read_result,
-    study_runs,
-)
+from collapse_bench.beta_spec import Convergence, StudyRun, load_study, study_runs
+from collapse_bench.beta_study import plateau_step, reached_mu, read_result
 from collapse_bench.spec import recipe_argv
 from rlvr_div.errors import ConfigError
 

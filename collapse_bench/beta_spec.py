@@ -1,0 +1,194 @@
+"""The β study's configuration (``bench/beta.yaml``, ``bench/real_lm.yaml``): arms, β values, seeds, the convergence
+rule, and the runs they expand to; every problem is one :class:`ConfigError` line before anything runs.
+
+Running the study is :mod:`collapse_bench.beta_study`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collapse_bench.spec import RESERVED, checked_mapping
+from rlvr_div.errors import ConfigError
+from rlvr_div.recipe import read_yaml_mapping
+
+SPLITS = ("train", "test")
+KINDS = ("sampled", "exact", "point")
+TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
+            "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms"}  # fmt: skip
+ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas"}
+CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """A run has plateaued at step s (s ≥ ``min_steps``) when, for validity μ and the effective number of valid
+    answers alike, the mean over the path points in the last ``window``·s steps differs from the mean over the
+    ``window``·s steps before by less than ``tolerance`` (relative). With ``stop_at_mu``, a sampled run or point
+    also stops at the first path point whose validity μ on the measured training prompts is at least that value
+    (the real-LM study's budget: "until validity passes 0.9")."""
+
+    window: float = 0.2
+    tolerance: float = 0.01
+    min_steps: int = 200
+    stop_at_mu: float | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    label: str
+    kind: str  # sampled | exact | point
+    recipe: str | None = None  # sampled and point arms
+    key: str | None = None  # the recipe key that β sets (sampled arms)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    learning_rate: float | None = None  # exact arm: Adam's learning rate (default: the common one)
+    max_steps: int | None = None  # exact arm (default: the common one)
+    betas: tuple[float, ...] | None = None  # this arm's β values (default: the study's)
+
+
+@dataclass(frozen=True)
+class Study:
+    model: str
+    task: str
+    task_options: dict[str, Any]
+    seeds: tuple[int, ...]
+    workers: int
+    threads: int
+    betas: tuple[float, ...]
+    common: dict[str, Any]
+    ks: tuple[int, ...]
+    path_every: int
+    convergence: Convergence
+    arms: tuple[Arm, ...]
+    root: str
+    gguf_file: str | None = None  # the model is this GGUF file in the ``model`` directory
+    prompts: dict[str, int] = field(default_factory=dict)  # split -> the first n prompts measured (default: all)
+    samples: int = 0  # samples per measured prompt at the end: sampled validity and non-canonical mass (0: none)
+    measure_batch_size: int = 512  # sequences per teacher-forced forward (smaller for a large vocabulary)
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    arm: str
+    beta: float | None  # None: a point (no β)
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/{'none' if self.beta is None else f'{self.beta:g}'}/seed{self.seed}"
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a β-study YAML file, one line per problem, before anything runs."""
+    path = Path(path)
+    raw = checked_mapping(read_yaml_mapping(path, "beta study config"), f"beta study config {str(path)!r}", TOP_KEYS)
+    root = path.resolve().parent
+    seeds = raw.get("seeds", [1, 2, 3])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(
+            seeds):  # fmt: skip
+        raise ConfigError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
+    betas = raw.get("betas")
+    if not isinstance(betas, list) or not betas or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in betas):  # fmt: skip
+        raise ConfigError(f"betas must be a non-empty list of positive numbers, got {betas!r}")
+    common = raw.get("common") or {}
+    if not isinstance(common, dict):
+        raise ConfigError(f"common must be a mapping, got {type(common).__name__}")
+    bad = sorted(set(common) & RESERVED)
+    if bad:
+        raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
+    _positive_int(common.get("max_steps"), "common.max_steps")
+    conv = checked_mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
+    numbers = {k: v for k, v in conv.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+    if numbers:
+        key = next(iter(numbers))
+        raise ConfigError(f"convergence.{key} must be a number, got {conv[key]!r}")
+    convergence = Convergence(**conv)
+    if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0 or convergence.min_steps < 0:
+        raise ConfigError(f"convergence needs 0 < window <= 0.5, tolerance > 0 and min_steps >= 0, got {conv}")
+    if convergence.stop_at_mu is not None and not 0 < convergence.stop_at_mu <= 1:
+        raise ConfigError(f"convergence.stop_at_mu must be in (0, 1], got {convergence.stop_at_mu!r}")
+    prompts = raw.get("prompts") or {}
+    if not isinstance(prompts, dict) or set(prompts) - set(SPLITS):
+        raise ConfigError(f"prompts must map splits ({', '.join(SPLITS)}) to counts, got {prompts!r}")
+    for split, n in prompts.items():
+        _positive_int(n, f"prompts.{split}")
+    samples = raw.get("samples", 0)
+    if samples != 0:
+        _positive_int(samples, "samples")
+    arms = []
+    for i, a in enumerate(raw.get("arms") or []):
+        a = checked_mapping(a, f"arms[{i}]", ARM_KEYS)
+        name = a.get("name")
+        if not isinstance(name, str) or not name.replace("_", "").isalnum():
+            raise ConfigError(f"arms[{i}] needs a `name` of letters, digits or '_', got {name!r}")
+        kind = a.get("kind", "sampled")
+        if kind not in KINDS:
+            raise ConfigError(f"arm {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        recipe = None
+        if kind != "exact":
+            recipe = root / str(a.get("recipe", ""))
+            if not a.get("recipe") or not recipe.is_file():
+                raise ConfigError(f"arm {name!r}: recipe {a.get('recipe')!r} is not a file (relative to {root})")
+            recipe = str(recipe)
+        if kind == "sampled" and not isinstance(a.get("key"), str):
+            raise ConfigError(f"arm {name!r}: a sampled arm needs `key`, the recipe key that β sets")
+        overrides = a.get("overrides") or {}
+        if set(overrides) & RESERVED:
+            raise ConfigError(f"arm {name!r} overrides {sorted(set(overrides) & RESERVED)[0]!r}, set by the study")
+        own = a.get("betas")
+        if own is not None and (not isinstance(own, list) or not own or not all(
+                isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in own)):  # fmt: skip
+            raise ConfigError(f"arm {name!r}: betas must be a non-empty list of positive numbers, got {own!r}")
+        arms.append(Arm(name, str(a.get("label", name)), kind, recipe, a.get("key"), dict(overrides),
+                        a.get("learning_rate"), a.get("max_steps"),
+                        None if own is None else tuple(float(b) for b in own)))  # fmt: skip
+    if not arms or len({a.name for a in arms}) != len(arms):
+        raise ConfigError("arms must be a non-empty list with distinct names")
+    ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
+    return Study(
+        model=str(raw.get("model", "tiny")),
+        task=str(raw.get("task", "pairsum")),
+        task_options=dict(raw.get("task_options") or {}),
+        seeds=tuple(seeds),
+        workers=_positive_int(raw.get("workers", 1), "workers"),
+        threads=_positive_int(raw.get("threads", 1), "threads"),
+        betas=tuple(float(b) for b in betas),
+        common=dict(common),
+        ks=ks,
+        path_every=_positive_int(raw.get("path_every", 25), "path_every"),
+        convergence=convergence,
+        arms=tuple(arms),
+        root=str(root),
+        gguf_file=None if raw.get("gguf_file") is None else str(raw["gguf_file"]),
+        prompts=dict(prompts),
+        samples=samples,
+        measure_batch_size=_positive_int(raw.get("measure_batch_size", 512), "measure_batch_size"),
+    )
+
+
+def study_runs(study: Study) -> list[StudyRun]:
+    """Every run, in the config's order: sampled arms at every β (the arm's own list, or the study's) and seed, the
+    exact arm at every β once (it has no random stream), points at every seed."""
+    runs: list[StudyRun] = []
+    for arm in study.arms:
+        betas = arm.betas or study.betas
+        if arm.kind == "sampled":
+            runs += [StudyRun(arm.name, b, s) for b in betas for s in study.seeds]
+        elif arm.kind == "exact":
+            runs += [StudyRun(arm.name, b, study.seeds[0]) for b in betas]
+        else:
+            runs += [StudyRun(arm.name, None, s) for s in study.seeds]
+    return runs
