@@ -26,6 +26,7 @@ from typing import Any
 
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
+from rlvr_div.progress import Progress
 
 TINY_NAME = "tiny"
 BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
@@ -160,7 +161,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     def encode(text: str) -> list[int]:  # the tokenizer's own mapping, without its per-call overhead
         return [vocab.get(ch, unk) for ch in text]
 
-    bar = _progress(spec.steps, "building tiny base model", enabled=progress)
+    bar = Progress(spec.steps, "building tiny base model", enabled=progress)
     t0 = time.time()
     for step in range(spec.steps):
         ids, labels = [], []
@@ -200,23 +201,6 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
         json.dumps({**asdict(spec), "build_seconds": round(time.time() - t0, 1)}, indent=1)
     )
     return out
-
-
-class _progress:
-    """A tqdm bar (or nothing) with a loss postfix."""
-
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, disable=not enabled, mininterval=1.0)
-
-    def update(self, n: int, **postfix: float) -> None:
-        self.bar.update(n)
-        if postfix and self.bar.n % 50 == 0:
-            self.bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()})
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 # --------------------------------------------------------------------------------------------- loading
