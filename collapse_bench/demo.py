@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     command = "rlvr-div demo " + " ".join(sys.argv[2:] if argv is None else argv)
     t0 = time.perf_counter()
-    from rlvr_div.models import tiny_model_path
+    from rlvr_div.tiny_base import tiny_model_path
 
     if bench.model == "tiny":
         print(f"tiny base model: {tiny_model_path(progress=not args.quiet)}", flush=True)

@@ -104,7 +104,7 @@ def build_tiny_main(argv: list[str] | None = None) -> int:
     """Build the built-in tiny base model (if not cached) and print its directory."""
     import argparse
 
-    from rlvr_div.models import tiny_model_path
+    from rlvr_div.tiny_base import tiny_model_path
 
     argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__).parse_args(argv)
     print(tiny_model_path())

@@ -314,10 +314,11 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     """Cheap checks that must fail before any model loads (the DPH-RL rehearsal set too, unless it is about to be
     built)."""
     from rlvr_div import preflight
-    from rlvr_div.models import TINY_NAME, check_model_settings, resolve_model
+    from rlvr_div.models import check_model_settings, resolve_model
     from rlvr_div.rewards import get_reward
     from rlvr_div.rewards.base import check_validity_reward_index
     from rlvr_div.tasks import check_task
+    from rlvr_div.tiny_base import TINY_NAME
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
 
@@ -386,7 +387,8 @@ def _takes_data_path(task: str) -> bool:
 
 def _tiny_dir_if_built() -> str | None:
     """The built-in tiny base's directory if it is already built (checks never build it)."""
-    from rlvr_div.models import TinySpec, cache_dir
+    from rlvr_div.cache import cache_dir
+    from rlvr_div.tiny_base import TinySpec
 
     path = cache_dir() / f"tiny-{TinySpec().key()}"
     return str(path) if (path / "config.json").is_file() else None

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.progress import Progress
 
 BACKENDS = ("hf", "vllm")
 
@@ -275,7 +276,7 @@ class HFSampler:
         if logprobs and self.config.temperature == 0:
             raise ConfigError("log-probs of sampled tokens need temperature > 0 (greedy decoding has none)")
         per = self.config.prompts_per_batch()
-        with _progress(len(prompts), "sampling", progress) as bar:
+        with Progress(len(prompts), "sampling", progress, mininterval=0.5, leave=False) as bar:
             for start in range(0, len(prompts), per):
                 for item in self._sample_chunk(prompts[start : start + per], indices[start : start + per], logprobs):
                     bar.update(1)
@@ -405,7 +406,7 @@ class VLLMSampler:
         if logprobs and cfg.temperature == 0:
             raise ConfigError("log-probs of sampled tokens need temperature > 0 (greedy decoding has none)")
         per = cfg.prompts_per_batch() if cfg.n <= cfg.batch_size else 1
-        with _progress(len(prompts), "sampling (vllm)", progress) as bar:
+        with Progress(len(prompts), "sampling (vllm)", progress, mininterval=0.5, leave=False) as bar:
             for start in range(0, len(prompts), per):
                 chunk, idx = prompts[start : start + per], indices[start : start + per]
                 encoded = [encode_prompt(self.tokenizer, p, cfg.chat_template) for p in chunk]
@@ -472,7 +473,7 @@ def token_logprobs(
     device = model.device
     order = sorted(range(len(prompt_ids)), key=lambda i: -(len(prompt_ids[i]) + len(completion_ids[i])))
     out: list[list[float]] = [[] for _ in prompt_ids]
-    with _progress(len(order), "log-probs", progress) as bar:
+    with Progress(len(order), "log-probs", progress, mininterval=0.5, leave=False) as bar:
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             c_len = max(len(completion_ids[i]) for i in rows)
@@ -485,24 +486,6 @@ def token_logprobs(
                 out[i] = chosen[r][: len(completion_ids[i])]
             bar.update(len(rows))
     return out
-
-
-class _progress:
-    """A tqdm bar (or a no-op) usable as a context manager."""
-
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, disable=not enabled, mininterval=0.5, leave=False)
-
-    def __enter__(self) -> _progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-
-    def update(self, n: int = 1) -> None:
-        self.bar.update(n)
 
 
 def make_sampler(

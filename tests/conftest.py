@@ -14,7 +14,7 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 @pytest.fixture(scope="session")
 def tiny_path() -> str:
     """Directory of the built-in tiny base (built on first use, then cached)."""
-    from rlvr_div.models import tiny_model_path
+    from rlvr_div.tiny_base import tiny_model_path
 
     return str(tiny_model_path(progress=False))
 
@@ -28,4 +28,4 @@ def no_model_loads(monkeypatch):
         raise AssertionError("a model was loaded before the bad input was reported")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
-    monkeypatch.setattr("rlvr_div.models.tiny_model_path", boom)
+    monkeypatch.setattr("rlvr_div.tiny_base.tiny_model_path", boom)

@@ -1,6 +1,6 @@
 """A corpus of hostile SQL outputs for the SQL sandbox tests (``tests/test_rewards_sql.py``).
 
-Each entry is ``(name, sql)`` for the synthetic company database (``rlvr_div.tasks.sql.build_synthetic_db``).
+Each entry is ``(name, sql)`` for the synthetic company database (``rlvr_div.tasks.synth_sql.build_synthetic_db``).
 ``{dir}`` is replaced by the database's directory and ``{cwd}`` by the working directory, so that attempts to create
 files aim exactly where the tests look for them. Every entry must score 0 within the deadline plus 1 s and leave the
 database and both directories unchanged.

@@ -13,16 +13,9 @@ import pytest
 import torch
 import yaml
 
-from rlvr_div.calibration import (
-    ValidityTargetController,
-    beta_for,
-    implied_validity_report,
-    kl_filtered_to_tilted,
-    kl_tilted_to_base,
-    main,
-    read_counts,
-    validity_at,
-)
+from rlvr_div.beta_controller import ValidityTargetController
+from rlvr_div.calibration import beta_for, kl_filtered_to_tilted, kl_tilted_to_base, validity_at
+from rlvr_div.calibration_report import implied_validity_report, main, read_counts
 from rlvr_div.cli import run_command
 from rlvr_div.errors import ConfigError
 

@@ -87,7 +87,8 @@ def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, mon
     the adapter (and one saved the old way, with A's absolute path) still evaluates and merges."""
     from peft import get_peft_model
 
-    from rlvr_div.models import TinySpec, load_model, lora_config
+    from rlvr_div.models import load_model, lora_config
+    from rlvr_div.tiny_base import TinySpec
 
     name = f"tiny-{TinySpec().key()}"
     cache_a, cache_b = tmp_path / "cache_a", tmp_path / "cache_b"

@@ -19,7 +19,7 @@ from rlvr_div.recipe import parse_recipe, validate
 from rlvr_div.tasks import TASKS, data_source, get_task, get_task_spec
 from rlvr_div.tasks import math as math_tasks
 from rlvr_div.tasks.data import data_roots
-from rlvr_div.tasks.sql import build_synthetic_db
+from rlvr_div.tasks.synth_sql import build_synthetic_db
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes").glob("*/*.yaml"))

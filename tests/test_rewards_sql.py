@@ -24,7 +24,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.rewards import get_reward, sql_results
 from rlvr_div.rewards.sql import SqlExecution, extract_sql, has_order_by, result_overlap, results_match
 from rlvr_div.tasks.data import find_data
-from rlvr_div.tasks.sql import build_synthetic_db
+from rlvr_div.tasks.synth_sql import build_synthetic_db
 
 DEADLINE = 1.0
 GOLD = "SELECT name FROM employees WHERE salary > 100000"
@@ -256,7 +256,7 @@ def test_permuted_columns_score_one_on_a_database(db: str) -> None:
 
 
 def test_equivalent_queries_score_one(reward: SqlExecution, db: str) -> None:
-    from rlvr_div.tasks.sql import synthetic_questions
+    from rlvr_div.tasks.synth_sql import synthetic_questions
 
     questions = synthetic_questions(db)
     completions, dbs, golds = [], [], []

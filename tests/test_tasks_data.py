@@ -18,7 +18,7 @@ from rlvr_div.rewards.sql import has_order_by, results_match
 from rlvr_div.tasks import check_task, data_source, get_task, get_task_spec
 from rlvr_div.tasks.data import DATA_ENV, find_data
 from rlvr_div.tasks.math import INSTRUCTION, SOURCES
-from rlvr_div.tasks.sql import build_synthetic_db, synthetic_questions
+from rlvr_div.tasks.synth_sql import build_synthetic_db, synthetic_questions
 
 # name -> (rows, first gold, last gold) in ../shared/data/math/<name>/test.jsonl
 SHARED_MATH = {

@@ -21,7 +21,8 @@ TASKS: Registry[TaskSpec] = Registry(
         "rlvr_div.tasks.synthetic",
         "rlvr_div.tasks.between",
         "rlvr_div.tasks.math",
-        "rlvr_div.tasks.sql",
+        "rlvr_div.tasks.spider",
+        "rlvr_div.tasks.synth_sql",
         "rlvr_div.tasks.bird",
     ),
 )

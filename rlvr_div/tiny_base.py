@@ -1,0 +1,218 @@
+"""The built-in tiny base model: a character-level tokenizer and a small Llama, pretrained on the built-in
+synthetic tasks, deterministic from a seed (:class:`TinySpec`), cached under ``$RLVR_DIV_CACHE`` (default
+``~/.cache/rlvr_div``) as ``tiny-<spec hash>`` and built on first use (about a minute on 2 CPU cores).
+
+:func:`rlvr_div.models.resolve_model` maps the name ``tiny`` (and ``tiny-<spec hash>``) here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr_div.cache import cache_dir
+from rlvr_div.errors import ConfigError
+from rlvr_div.progress import Progress
+
+TINY_NAME = "tiny"
+BOS, EOS, PAD, UNK = "<bos>", "<eos>", "<pad>", "<unk>"
+# Every character a built-in task can produce; anything else maps to <unk>.
+TINY_ALPHABET = "0123456789+-*/=:;,.()<>? abcdefghijklmnopqrstuvwxyz"
+
+
+# --------------------------------------------------------------------------------------------- tokenizer
+
+
+def build_char_tokenizer(alphabet: str = TINY_ALPHABET) -> Any:
+    """A character-level ``PreTrainedTokenizerFast``: one token per character, ``<bos>`` prepended on encode,
+    decoding concatenates characters (exact round trip for text over ``alphabet``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [PAD, BOS, EOS, UNK]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for ch in alphabet:
+        vocab.setdefault(ch, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=64,
+    )
+
+
+# --------------------------------------------------------------------------------------------- tiny base
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Everything the tiny base depends on; its hash names the cache directory."""
+
+    seed: int = 0
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4  # head_dim 32 (the CPU build of vLLM needs >= 32)
+    max_positions: int = 64
+    steps: int = 1800
+    batch_size: int = 128
+    lr: float = 3e-3
+    warmup: int = 50
+    tasks: tuple[str, ...] = ("arith", "pairsum")
+    version: int = 2  # bump when the pretraining corpus changes
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path:
+    """The directory of the built-in base, building it first if it is not cached (a file lock makes concurrent
+    processes wait for one build)."""
+    from filelock import FileLock
+
+    spec = spec or TinySpec()
+    root = cache_dir()
+    path = root / f"tiny-{spec.key()}"
+    if (path / "config.json").exists():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not (path / "config.json").exists():
+            tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=root))
+            try:
+                build_tiny_model(tmp, spec, progress=progress)
+                tmp.rename(path)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    return path
+
+
+def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, progress: bool = True) -> Path:
+    """Pretrain the tiny base on the built-in synthetic tasks and save model + tokenizer to ``out_dir``.
+
+    The corpus is ``<bos>prompt completion<eos>`` drawn from each task's pretraining sampler (its
+    ``corpus_sample``), which mixes correct answers with plausible mistakes at a prompt-dependent rate so that
+    the base has a spread of per-prompt validity rates. Next-token cross-entropy on the completion tokens,
+    AdamW with warm-up and cosine decay; deterministic from ``spec.seed``.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from rlvr_div.tasks.synthetic import corpus_sampler
+
+    spec = spec or TinySpec()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_char_tokenizer()
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=spec.max_positions,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+    )
+    model = LlamaForCausalLM(config)
+    model.train()
+    samplers = [corpus_sampler(t) for t in spec.tasks]
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.98))
+
+    def lr_at(step: int) -> float:
+        if step < spec.warmup:
+            return spec.lr * (step + 1) / spec.warmup
+        frac = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
+        return spec.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    vocab = tok.get_vocab()
+    bos, eos, pad, unk = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.unk_token_id
+
+    def encode(text: str) -> list[int]:  # the tokenizer's own mapping, without its per-call overhead
+        return [vocab.get(ch, unk) for ch in text]
+
+    bar = Progress(spec.steps, "building tiny base model", enabled=progress)
+    t0 = time.time()
+    for step in range(spec.steps):
+        ids, labels = [], []
+        for _ in range(spec.batch_size):
+            prompt, completion = samplers[rng.randrange(len(samplers))](rng)
+            p = [bos] + encode(prompt)
+            c = encode(completion) + [eos]
+            ids.append(p + c)
+            labels.append([-100] * len(p) + c)
+        width = max(len(x) for x in ids)
+        input_ids = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
+        label_t = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
+        attn = (torch.arange(width)[None, :] < torch.tensor([len(x) for x in ids])[:, None]).long()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        loss = model(input_ids=input_ids, attention_mask=attn, labels=label_t).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        bar.update(1, loss=loss.item())
+    bar.close()
+    model.eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=16,
+    )
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "tiny_spec.json").write_text(
+        json.dumps({**asdict(spec), "build_seconds": round(time.time() - t0, 1)}, indent=1)
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------- names
+
+# The cache directory name of a tiny base, ``tiny-<spec hash>``.
+TINY_DIR = re.compile(r"tiny-[0-9a-f]{12}")
+
+
+def tiny_by_name(name: str, given: str, build: bool) -> str:
+    """``tiny-<spec hash>`` → the current tiny base when the hash is the current spec's, else that cached directory."""
+    if name == f"{TINY_NAME}-{TinySpec().key()}":
+        return str(tiny_model_path()) if build else TINY_NAME
+    cached = cache_dir() / name
+    if (cached / "config.json").is_file():
+        return str(cached)
+    raise ConfigError(
+        f"model {given!r} is the tiny base with spec hash {name[len(TINY_NAME) + 1 :]}, but this rlvr-div builds "
+        f"{TinySpec().key()} and {cached} does not exist; copy that directory there or retrain on 'tiny'"
+    )
