@@ -61,11 +61,12 @@ def sequence_logprobs(
     Prompts are tokenised as TRL tokenises them: plain text with the tokenizer's special tokens added, chat messages
     through the chat template with the generation prompt (:func:`rlvr_div.sampling.encode_prompt`); completions
     without special tokens (their canonical tokenisation: see :mod:`rlvr_div.noncanonical` for the mass on others),
-    then EOS; per-token log-probs come from :func:`rlvr_div.sampling.token_logprobs`.
+    then EOS; per-token log-probs come from :func:`rlvr_div.logprobs.token_logprobs`.
     """
     import torch
 
-    from rlvr_div.sampling import encode_prompt, token_logprobs
+    from rlvr_div.logprobs import token_logprobs
+    from rlvr_div.sampling import encode_prompt
 
     if tokenizer.eos_token_id is None:
         raise ValueError("exact validity needs a tokenizer with an EOS token")

@@ -32,7 +32,7 @@ _LOG_EPS = 1e-12  # 1 − μ is clamped below by this before its log (μ → 1 a
 @dataclass
 class ValidSetBatch:
     """Every (prompt, valid completion ⊕ EOS) row of a set of prompts, tokenised once, in the layout of
-    :func:`rlvr_div.sampling.left_aligned_rows` (the one :func:`rlvr_div.sampling.token_logprobs` scores)."""
+    :func:`rlvr_div.logprobs.left_aligned_rows` (the one :func:`rlvr_div.logprobs.token_logprobs` scores)."""
 
     input_ids: torch.Tensor  # (N, W)
     attention_mask: torch.Tensor  # (N, W)
@@ -51,7 +51,7 @@ def valid_set_batch(
 ) -> ValidSetBatch:
     """Tokenise every valid completion of every prompt as :func:`rlvr_div.exact.sequence_logprobs` does (the prompt
     with the tokenizer's special tokens, the completion without, then EOS)."""
-    from rlvr_div.sampling import left_aligned_rows
+    from rlvr_div.logprobs import left_aligned_rows
 
     if tokenizer.eos_token_id is None:
         raise ValueError("the exact objective needs a tokenizer with an EOS token")
@@ -79,7 +79,7 @@ def valid_set_batch(
 
 def valid_set_logprobs(model: Any, batch: ValidSetBatch, temperature: float = 1.0) -> torch.Tensor:
     """(N,) float64 log π(y ⊕ EOS | x) of every row, differentiable in the model's parameters."""
-    from rlvr_div.sampling import completion_logprobs
+    from rlvr_div.logprobs import completion_logprobs
 
     chosen = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.columns, temperature)
     return (chosen.double() * batch.completion_mask.double()).sum(-1)

@@ -63,9 +63,10 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
     """
     import datasets
 
+    from rlvr_div.logprobs import token_logprobs
     from rlvr_div.models import load_tokenizer, resolve_model
     from rlvr_div.rewards import get_reward
-    from rlvr_div.sampling import SamplingConfig, token_logprobs
+    from rlvr_div.sampling import SamplingConfig
     from rlvr_div.tasks import get_task, get_task_spec
 
     out = Path(training.rehearsal_path)

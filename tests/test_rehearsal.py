@@ -254,10 +254,10 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
     learned absolute positions."""
     from contextlib import nullcontext
 
+    from rlvr_div.logprobs import token_logprobs
     from rlvr_div.models import load_model, load_tokenizer
     from rlvr_div.rehearsal_set import RehearsalSamples
     from rlvr_div.rewards import get_reward
-    from rlvr_div.sampling import token_logprobs
     from rlvr_div.tasks import get_task
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.logprobs import token_logprobs
 from rlvr_div.sampling import (
     HFSampler,
     SamplingConfig,
@@ -16,7 +17,6 @@ from rlvr_div.sampling import (
     encode_prompt,
     format_prompt,
     make_sampler,
-    token_logprobs,
 )
 
 PROMPTS = ["3+4=", "17+9=", "sum 12:", "25-8=", "sum 40:", "6+6="]

@@ -20,7 +20,8 @@ import torch
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from rlvr_div.sampling import SamplingConfig, VLLMSampler, token_logprobs  # noqa: E402
+from rlvr_div.logprobs import token_logprobs  # noqa: E402
+from rlvr_div.sampling import SamplingConfig, VLLMSampler  # noqa: E402
 
 PROMPTS = ["3+4=", "17+9=", "sum 12:", "25-8=", "sum 40:", "6+6="]
 REPO = Path(__file__).resolve().parents[1]

@@ -68,8 +68,8 @@ def test_dph_trains_on_vllm_rollouts(tmp_path, tiny_path):
     import datasets
     import torch
 
+    from rlvr_div.logprobs import token_logprobs
     from rlvr_div.models import load_model
-    from rlvr_div.sampling import token_logprobs
 
     rehearsal = tmp_path / "rehearsal"
     recipe = "recipes/tiny/dph_forward_kl.yaml"
