@@ -1,6 +1,7 @@
-"""Log-probs of *given* completions under a model, by teacher forcing: the rows [prompt | completion | padding] that
-every scorer shares (DPH-RL's reference log-probs, exact measurement, the sampling-free objective, the trainer's
-rehearsal forward), so that stored and recomputed log-probs agree to the bit on a model in the same dtype.
+"""Log-probs of *given* completions under a model, by teacher forcing, in left-aligned rows [prompt | completion |
+padding]: DPH-RL's stored reference log-probs, exact measurement and the sampling-free objective use them, and the
+DPH-RL trainer scores its rehearsal rows in the same layout, so stored and recomputed log-probs agree to the bit on a
+model in the same dtype.
 
 log p(y_t | x, y_<t) = log softmax(logits / T)[y_t], no top-p: the model's own distribution at temperature T.
 """
