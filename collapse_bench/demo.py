@@ -78,10 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     command = "rlvr-div demo " + " ".join(sys.argv[2:] if argv is None else argv)
     t0 = time.perf_counter()
-    from rlvr_div.tiny_base import tiny_model_path
+    from rlvr_div.tiny_base import tiny_model_path, tiny_spec
 
-    if bench.model == "tiny":
-        print(f"tiny base model: {tiny_model_path(progress=not args.quiet)}", flush=True)
+    spec = tiny_spec(bench.model)
+    if spec is not None:
+        print(f"tiny base model: {tiny_model_path(spec, progress=not args.quiet)}", flush=True)
     with benchmark_lock(out):  # one writer per directory, for the runs and the report
         run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
         tables = report(bench, out, command.strip())

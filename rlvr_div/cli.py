@@ -25,7 +25,7 @@ _HELP = {
     "demo": "the whole story on the tiny model",
     "collapse": "the collapse benchmark: methods x seeds x tasks, exact distances to p*, the beta sweep",
     "beta-study": "the beta question to convergence: arms x beta x seeds against the optimum p_beta",
-    "build-tiny": "build (or locate) the built-in tiny base model",
+    "build-tiny": "build (or locate) a built-in tiny base model (tiny, tiny2)",
     "merge": "merge a LoRA adapter into its base and save the full model",
 }
 
@@ -101,13 +101,15 @@ def list_main(argv: list[str] | None = None) -> int:
 
 
 def build_tiny_main(argv: list[str] | None = None) -> int:
-    """Build the built-in tiny base model (if not cached) and print its directory."""
+    """Build a built-in tiny base model (if not cached) and print its directory."""
     import argparse
 
-    from rlvr_div.tiny_base import tiny_model_path
+    from rlvr_div.tiny_base import TINY_BASES, TINY_NAME, tiny_model_path
 
-    argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__).parse_args(argv)
-    print(tiny_model_path())
+    parser = argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__)
+    parser.add_argument("name", nargs="?", default=TINY_NAME, choices=sorted(TINY_BASES), help="which named base")
+    args = parser.parse_args(argv)
+    print(tiny_model_path(TINY_BASES[args.name]))
     return 0
 
 

@@ -19,22 +19,23 @@ from typing import Any
 from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
-from rlvr_div.tiny_base import TINY_DIR, TINY_NAME, TinySpec, tiny_by_name
+from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
 
 # --------------------------------------------------------------------------------------------- loading
 
 
 def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool = True) -> str:
-    """Map ``tiny`` to the built-in base's directory (building it when ``build``), check a local path exists,
-    and pass hub ids through unchanged.
+    """Map ``tiny`` and ``tiny2`` to the built-in bases' directories (building them when ``build``), check a local
+    path exists, and pass hub ids through unchanged.
 
-    ``tiny-<spec hash>`` (what an adapter trained on ``tiny`` stores as its base, see :func:`portable_model_name`),
+    ``tiny-<spec hash>`` (what an adapter trained on a tiny base stores as its base, see :func:`portable_model_name`),
     and a missing path whose last component is such a name (an adapter saved before the cache moved), resolve to
     the tiny base of that spec: the current one, or that directory in the current cache."""
     if not name_or_path:
         raise ConfigError("model name is empty; pass 'tiny', a local directory or a hub id")
-    if name_or_path == TINY_NAME:
-        return str(tiny_base.tiny_model_path()) if build else TINY_NAME  # on its module: tests patch it there
+    spec = tiny_spec(name_or_path)
+    if spec is not None:  # tiny_model_path on its module: tests patch it there
+        return str(tiny_base.tiny_model_path(spec)) if build else name_or_path
     p = Path(name_or_path).expanduser()
     looks_local = name_or_path.startswith((".", "/", "~")) or p.exists() or name_or_path.count("/") > 1
     if not p.exists() and TINY_DIR.fullmatch(p.name) and (looks_local or name_or_path == p.name):
@@ -75,10 +76,11 @@ def _is_gguf(name_or_path: str, gguf_file: str | None) -> bool:
 
 
 def portable_model_name(name_or_path: str) -> str:
-    """The base-model name to store with an adapter: ``tiny-<spec hash>`` for ``tiny`` or a tiny cache directory
-    (wherever the cache is: :func:`resolve_model` finds it again after the cache moves), else unchanged."""
-    if name_or_path == TINY_NAME:
-        return f"{TINY_NAME}-{TinySpec().key()}"
+    """The base-model name to store with an adapter: ``tiny-<spec hash>`` for a named tiny base or a tiny cache
+    directory (wherever the cache is: :func:`resolve_model` finds it again after the cache moves), else unchanged."""
+    spec = tiny_spec(name_or_path)
+    if spec is not None:
+        return f"tiny-{spec.key()}"
     p = Path(name_or_path)
     if TINY_DIR.fullmatch(p.name) and (p / "tiny_spec.json").is_file():
         return p.name

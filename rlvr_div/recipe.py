@@ -318,7 +318,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div.rewards import get_reward
     from rlvr_div.rewards.base import check_validity_reward_index
     from rlvr_div.tasks import check_task
-    from rlvr_div.tiny_base import TINY_NAME
+    from rlvr_div.tiny_base import tiny_spec
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
 
@@ -346,8 +346,9 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     check_model_settings(model, training)
     with _relative_to_cwd(model.model_name_or_path):
         model_path: str | None = resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
-    if model_path == TINY_NAME:
-        model_path = _tiny_dir_if_built()
+    spec = tiny_spec(model_path)
+    if spec is not None:
+        model_path = _tiny_dir_if_built(spec)
     elif not Path(model_path).exists():  # a hub id: in the cache, or known to the hub
         preflight.check_hub_model(model_path, model.model_revision, filename=script.gguf_file or "config.json")
     if model_path is not None:
@@ -385,12 +386,11 @@ def _takes_data_path(task: str) -> bool:
     return check is not None and "path" in inspect.signature(check).parameters
 
 
-def _tiny_dir_if_built() -> str | None:
-    """The built-in tiny base's directory if it is already built (checks never build it)."""
+def _tiny_dir_if_built(spec: Any) -> str | None:
+    """A named tiny base's directory (``spec``: its TinySpec) if it is already built (checks never build it)."""
     from rlvr_div.cache import cache_dir
-    from rlvr_div.tiny_base import TinySpec
 
-    path = cache_dir() / f"tiny-{TinySpec().key()}"
+    path = cache_dir() / f"tiny-{spec.key()}"
     return str(path) if (path / "config.json").is_file() else None
 
 

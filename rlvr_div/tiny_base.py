@@ -1,8 +1,11 @@
-"""The built-in tiny base model: a character-level tokenizer and a small Llama, pretrained on the built-in
-synthetic tasks, deterministic from a seed (:class:`TinySpec`), cached under ``$RLVR_DIV_CACHE`` (default
-``~/.cache/rlvr_div``) as ``tiny-<spec hash>`` and built on first use (about a minute on 2 CPU cores).
+"""The built-in tiny base models: a character-level tokenizer and a small Llama, pretrained on built-in synthetic
+tasks, deterministic from a seed (:class:`TinySpec`), cached under ``$RLVR_DIV_CACHE`` (default
+``~/.cache/rlvr_div``) as ``tiny-<spec hash>`` and built on first use (a minute or two on 2 CPU cores).
 
-:func:`rlvr_div.models.resolve_model` maps the name ``tiny`` (and ``tiny-<spec hash>``) here.
+Two bases have names (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``, and ``tiny2``, the base
+of the collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic
+error mode; a skewed filtered model). :func:`rlvr_div.models.resolve_model` maps these names (and
+``tiny-<spec hash>``) here.
 """
 
 from __future__ import annotations
@@ -84,6 +87,18 @@ class TinySpec:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
 
+# The named tiny bases. ``tiny2`` trains longer: its two tasks need more steps to fit their corpus.
+TINY_BASES: dict[str, TinySpec] = {
+    TINY_NAME: TinySpec(),
+    "tiny2": TinySpec(tasks=("carry", "skewsum"), steps=4000, version=3),
+}
+
+
+def tiny_spec(name: str) -> TinySpec | None:
+    """The spec of a named tiny base (``tiny``, ``tiny2``), else None."""
+    return TINY_BASES.get(name)
+
+
 def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path:
     """The directory of the built-in base, building it first if it is not cached (a file lock makes concurrent
     processes wait for one build)."""
@@ -118,7 +133,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from rlvr_div.tasks.synthetic import corpus_sampler
+    from rlvr_div.tasks import get_task_spec
 
     spec = spec or TinySpec()
     out = Path(out_dir)
@@ -142,7 +157,13 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     )
     model = LlamaForCausalLM(config)
     model.train()
-    samplers = [corpus_sampler(t) for t in spec.tasks]
+    samplers = []
+    for task in spec.tasks:
+        corpus = get_task_spec(task).corpus
+        if corpus is None:
+            raise ConfigError(f"task {task!r} has no pretraining corpus; a tiny base can be pretrained only on tasks "
+                              "that define TaskSpec.corpus")  # fmt: skip
+        samplers.append(corpus)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.98))
 
     def lr_at(step: int) -> float:
@@ -206,13 +227,16 @@ TINY_DIR = re.compile(r"tiny-[0-9a-f]{12}")
 
 
 def tiny_by_name(name: str, given: str, build: bool) -> str:
-    """``tiny-<spec hash>`` → the current tiny base when the hash is the current spec's, else that cached directory."""
-    if name == f"{TINY_NAME}-{TinySpec().key()}":
-        return str(tiny_model_path()) if build else TINY_NAME
+    """``tiny-<spec hash>`` → that named base (built when ``build``) when the hash is a current named spec's, else
+    that cached directory."""
+    for base, spec in TINY_BASES.items():
+        if name == f"{TINY_NAME}-{spec.key()}":
+            return str(tiny_model_path(spec)) if build else base
     cached = cache_dir() / name
     if (cached / "config.json").is_file():
         return str(cached)
+    current = ", ".join(f"{base} = {spec.key()}" for base, spec in TINY_BASES.items())
     raise ConfigError(
         f"model {given!r} is the tiny base with spec hash {name[len(TINY_NAME) + 1 :]}, but this rlvr-div builds "
-        f"{TinySpec().key()} and {cached} does not exist; copy that directory there or retrain on 'tiny'"
+        f"{current} and {cached} does not exist; copy that directory there or retrain on a named base"
     )

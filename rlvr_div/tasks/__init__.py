@@ -19,6 +19,8 @@ TASKS: Registry[TaskSpec] = Registry(
     "task",
     modules=(
         "rlvr_div.tasks.synthetic",
+        "rlvr_div.tasks.skewsum",
+        "rlvr_div.tasks.carry",
         "rlvr_div.tasks.between",
         "rlvr_div.tasks.math",
         "rlvr_div.tasks.spider",

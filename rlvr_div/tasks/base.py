@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,9 @@ class TaskSpec:
     ``valid_completions(row) -> list[str]``, where the valid set is finite, lists every completion the reward
     accepts for a row (exact validity and distances to the filtered model: :mod:`rlvr_div.exact`); with
     ``ends_with_eos`` (chat prompts, the tiny model's tasks) a valid completion is that text then the tokenizer's EOS,
-    without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows."""
+    without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows.
+    ``corpus(rng) -> (prompt, completion)``, for the tasks the built-in tiny bases are pretrained on
+    (:mod:`rlvr_div.tiny_base`), draws one pretraining example."""
 
     name: str
     build: Callable[..., datasets.Dataset]
@@ -28,4 +31,5 @@ class TaskSpec:
     source: Callable[..., str] | None = None
     valid_completions: Callable[[dict[str, Any]], list[str]] | None = None
     ends_with_eos: bool = True
+    corpus: Callable[[random.Random], tuple[str, str]] | None = None
     options: dict[str, Any] = field(default_factory=dict)

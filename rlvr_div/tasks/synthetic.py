@@ -10,7 +10,7 @@ Splits are disjoint: ``train``, ``validation`` and ``test`` (``pairsum``: n mod 
 (:func:`valid_completions`): the verifiers accept canonical numbers only (no sign, no leading zeros, no spaces), the
 form the pretraining corpus writes, so the exact metrics of :mod:`rlvr_div.exact` cover every accepted output.
 
-Each task also has a pretraining sampler (:func:`corpus_sampler`) that the tiny base model is trained on. It writes
+Each task also has a pretraining sampler (its ``TaskSpec.corpus``) that the tiny base model is trained on. It writes
 a correct completion with probability 1 - e(prompt) and a plausible mistake otherwise, where the error rate e rises
 smoothly with the prompt's difficulty (the size of the operands), so the base model has a wide spread of per-prompt
 validity rates, as real base models do.
@@ -19,7 +19,6 @@ validity rates, as real base models do.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import datasets
 
@@ -56,7 +55,7 @@ def _arith_prompts() -> list[tuple[str, str]]:
     return out
 
 
-def _mistake(value: int, rng: random.Random) -> int:
+def mistake(value: int, rng: random.Random) -> int:
     """A plausible wrong number near ``value`` (never ``value`` itself, never negative)."""
     while True:
         wrong = value + rng.choice([-1, 1]) * rng.randint(1, 10)
@@ -72,7 +71,7 @@ def _arith_corpus(rng: random.Random) -> tuple[str, str]:
         a, b = max(a, b), min(a, b)
         prompt, value = f"{a}-{b}=", a - b
     if rng.random() < arith_error_rate(a, b):
-        value = _mistake(value, rng)
+        value = mistake(value, rng)
     return prompt, str(value)
 
 
@@ -81,21 +80,8 @@ def _pairsum_corpus(rng: random.Random) -> tuple[str, str]:
     a = rng.randint(0, n)
     b = n - a
     if rng.random() < pairsum_error_rate(n):
-        b = _mistake(b, rng)
+        b = mistake(b, rng)
     return f"sum {n}:", f"{a}+{b}"
-
-
-_CORPUS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
-    "arith": _arith_corpus,
-    "pairsum": _pairsum_corpus,
-}
-
-
-def corpus_sampler(task: str) -> Callable[[random.Random], tuple[str, str]]:
-    """``rng -> (prompt, completion)`` pretraining sampler of a built-in task."""
-    if task not in _CORPUS:
-        raise ConfigError(f"no pretraining sampler for task {task!r}; known: {', '.join(sorted(_CORPUS))}")
-    return _CORPUS[task]
 
 
 def build_arith(split: str = "train", seed: int = 0, size: int | None = None) -> datasets.Dataset:
@@ -166,6 +152,7 @@ TASKS.add(
         reward="arith_exact",
         description="a+b= / a-b= with a unique integer answer",
         valid_completions=arith_valid,
+        corpus=_arith_corpus,
     ),
 )
 TASKS.add(
@@ -177,5 +164,6 @@ TASKS.add(
         description="'sum n:' -> any a+b = n (n+1 valid answers)",
         check=check_pairsum,
         valid_completions=pairsum_valid,
+        corpus=_pairsum_corpus,
     ),
 )
