@@ -54,6 +54,6 @@ def test_documented_outputs_are_ignored():
     where = [f"{p} ({w})" for w, p in paths if p.rstrip("/") in not_ignored and not tracked_results(p)]
     assert not where, f"documented commands write into the checkout outside .gitignore: {', '.join(where)}"
     for p in {p for _, p in paths if tracked_results(p)}:  # a tracked results directory keeps no model or log
-        heavy = [f"{p}/runs/t/m/v/seed1/model.safetensors", f"{p}/logs/x.log", f"{p}/rehearsal/t/summary.json"]
+        heavy = [f"{p}/runs/t/m/v/seed1/model.safetensors", f"{p}/logs/x.log", f"{p}/rehearsal/t/samples.jsonl"]
         kept = subprocess.run(["git", "check-ignore", "--no-index", *heavy], cwd=ROOT, capture_output=True, text=True)
         assert kept.stdout.split() == heavy, f"{p}: heavy outputs not ignored: {kept.stdout}"
