@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.measure import trajectory_point
+from collapse_bench.per_prompt import by_difficulty, versus_base
 from collapse_bench.runs import read_result, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
 from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_value
 
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
-SCALARS = ("mu", "kl_pstar", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
+SCALARS = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_answers", "kl_pstar", "lost_at_kmax")
 MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
+LEVELS = (0.75, 0.85, 0.9)  # the fixed validities at which two training paths are compared
 
 
 def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | None:
@@ -198,6 +200,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             if m.name == bench.baseline:
                 baseline_flat, baseline_results = flats, results
                 entry["baseline_paths"] = {s: r.get("trajectory") or [] for s, r in results.items()}
+            entry["methods"][m.name] |= prompt_comparisons(base, results, ks, report_split)
             entry["methods"][m.name]["_flats"] = flats
             entry["methods"][m.name]["_results"] = results
         for name, data in entry["methods"].items():
@@ -206,6 +209,11 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 continue
             if any(r.get("trajectory") for r in baseline_results.values()):
                 data["matched_validity"] = matched_validity(results, baseline_results, ks[-1])
+                data["levels"] = matched_levels(
+                    {s: r.get("trajectory") or [] for s, r in results.items()},
+                    {s: r.get("trajectory") or [] for s, r in baseline_results.items()},
+                    LEVELS,
+                )
             data["paired_vs_baseline"] = {
                 split: {
                     key: paired_difference(
@@ -222,6 +230,24 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         agg["beta_sweep"] = beta_sweep(bench, out)
     agg["code_states"] = code_states(bench, out)
     return agg
+
+
+def prompt_comparisons(
+    base: dict[str, Any], results: dict[int, dict[str, Any]], ks: list[int], report_split: str
+) -> dict[str, Any]:
+    """A method's per-prompt comparisons (:mod:`collapse_bench.per_prompt`): against the base at every k on the
+    report split, and validity by the base's difficulty on the training and the report split."""
+    out: dict[str, Any] = {"vs_base": {}, "by_difficulty": {}}
+    for split in dict.fromkeys(("train", report_split)):
+        base_split = (base.get("splits") or {}).get(split)
+        per_seed = {s: r["splits"][split]["per_prompt"]["mu"] for s, r in results.items() if split in r["splits"]}
+        if base_split is None or not per_seed or "per_prompt" not in base_split["summary"]:
+            continue
+        base_mu = base_split["summary"]["per_prompt"]["mu"]
+        out["by_difficulty"][split] = by_difficulty(per_seed, base_mu)
+        if split == report_split:
+            out["vs_base"][split] = versus_base(per_seed, base_mu, ks)
+    return out
 
 
 def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
 from collapse_bench.stats import paired_difference
 
 
@@ -54,7 +55,7 @@ def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
     multi = multi_answer(entry, split)
     header = ["method", "value", "pass@1 (μ)", f"pass@{kmax}", f"lost@{kmax}", f"gained@{kmax}", "crossover k"]
     if multi:
-        header += [f"cov@{kmax}", "eff. answers", "KL(p*‖π_v)", f"distinct@{kmax}", "n90", "cov90"]
+        header += [f"cov@{kmax}", "eff. answers", "KL(p*‖π_v)", "KL(u‖π_v)", f"distinct@{kmax}", "n90", "cov90"]
     base = entry["base"].get(split, {})
     rows = [["base", "—", _num(base.get("mu")), _num(base.get(f"pass_at_{kmax}")), "0", "0", "—"]]
     if multi:
@@ -62,6 +63,7 @@ def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
             _num(base.get(f"cov_at_{kmax}")),
             _num(base.get("effective_answers"), 2),
             "0",
+            _num(base.get("kl_uniform"), 2),
             _num(base.get(f"distinct_at_{kmax}"), 2),
             _num(base.get("n90"), 1),
             _num(base.get("cov90")),
@@ -76,7 +78,8 @@ def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
                _pm(s.get(f"gained_at_{kmax}"), 2), _crossover(s.get("crossover_k", {}), len(m["seeds"]))]  # fmt: skip
         if multi:
             row += [_pm(s.get(f"cov_at_{kmax}")), _pm(s.get("effective_answers"), 2), _pm(s.get("kl_pstar"), 2),
-                    _pm(s.get(f"distinct_at_{kmax}"), 2), _pm(s.get("n90"), 1), _pm(s.get("cov90"))]  # fmt: skip
+                    _pm(s.get("kl_uniform"), 2), _pm(s.get(f"distinct_at_{kmax}"), 2), _pm(s.get("n90"), 1),
+                    _pm(s.get("cov90"))]  # fmt: skip
         rows.append(row)
     return _table(header, rows)
 
@@ -367,6 +370,41 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     "",
                 ]
                 lines += matched
+            levels = levels_table(entry) if sp == "train" else []
+            if levels:
+                lines += [
+                    "",
+                    "At fixed validities along both training paths (no end point chosen): each method's "
+                    "path and the baseline's path read at the same validity μ of the training prompts, paired "
+                    "by seed; a seed counts where both paths reach μ (** = the 95% interval excludes 0):",
+                    "",
+                ]
+                lines += levels  # fmt: skip
+        versus = versus_base_table(entry, split, agg["ks"])
+        if versus:
+            lines += [
+                "",
+                f"### Against the untrained base at every k ({split} split)",
+                "",
+                "Δ pass@k = mean over seeds and prompts of pass@k(method) − pass@k(base), exact per prompt; "
+                "the 95% interval is a bootstrap that resamples seeds and prompts, so it includes the prompt "
+                "sampling of the split (** = it excludes 0; a negative Δ is the base ahead):",
+                "",
+            ]
+            lines += versus  # fmt: skip
+        for sp in dict.fromkeys(("train", split)):
+            table = difficulty_table(entry, sp)
+            if table:
+                lines += [
+                    "",
+                    f"### Validity by the base's difficulty ({sp} split)",
+                    "",
+                    "Mean exact validity over the prompts whose base validity A(x) falls in each bin (the "
+                    "last bin holds the prompts the base nearly always solves: DPH-RL's near-perfect prompts "
+                    "on the training split), mean ± 95% t-interval over seeds:",
+                    "",
+                ]
+                lines += table  # fmt: skip
         lines += ["", f"![Pareto](pareto_{name}.png)"]
         if multi_answer(entry, split):
             lines += ["", f"![frontier](frontier_{name}.png)"]

@@ -1,0 +1,80 @@
+"""The collapse report's tables of comparisons that need no chosen end point: every method against the untrained base
+at every k (intervals over seeds and prompts), validity by the base's difficulty, and diversity at fixed validities
+along both training paths (against stock GRPO, seed by seed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cell(ci: dict[str, Any] | None, digits: int = 3) -> str:
+    if not ci or ci.get("mean") is None:
+        return "—"
+    if ci.get("half") is None:
+        return f"{ci['mean']:.{digits}f}"
+    return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:
+    """Δ pass@k against the base, per method and k: mean [95% bootstrap interval over seeds and prompts]; ** where
+    the interval excludes 0 (negative: the base ahead)."""
+    rows = []
+    for m in entry["methods"].values():
+        by_k = (m.get("vs_base") or {}).get(split)
+        if not by_k:
+            continue
+        cells = []
+        for k in ks:
+            d = by_k[str(k)]
+            mean, lo, hi = (round(d[key], 4) + 0.0 for key in ("mean", "lo", "hi"))  # + 0.0: no "-0.0000"
+            cells.append(f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]" + (" **" if d["separated"] else ""))
+        rows.append([m["label"]] + cells)
+    if not rows:
+        return []
+    return _table(["method − base"] + [f"Δ pass@{k}" for k in ks], rows)
+
+
+def difficulty_table(entry: dict[str, Any], split: str) -> list[str]:
+    """Mean validity per bin of the base's validity A(x), per method (mean ± 95% t-interval over seeds)."""
+    rows, bins = [], None
+    for m in entry["methods"].values():
+        per_bin = (m.get("by_difficulty") or {}).get(split)
+        if not per_bin:
+            continue
+        bins = bins or per_bin
+        rows.append([m["label"]] + [_cell(b.get("mu")) for b in per_bin])
+    if not rows or bins is None:
+        return []
+    header = ["method"]
+    base_row = ["base"]
+    for b in bins:
+        lo, hi = b["range"]
+        header.append(f"A ∈ [{lo:g}, {hi:g}{']' if hi == 1.0 else ')'} ({b['prompts']} prompts)")
+        base_row.append("—" if b.get("base_mu") is None else f"{b['base_mu']:.3f}")
+    return _table(header, [base_row] + rows)
+
+
+def levels_table(entry: dict[str, Any]) -> list[str]:
+    """Per method and fixed validity μ: Δ effective answers and Δ KL(p*‖π_v) against the baseline, both read off the
+    two runs' training paths at μ, paired by seed (seeds whose two paths both reach μ, out of all)."""
+    rows, levels = [], None
+    for m in entry["methods"].values():
+        lv = m.get("levels")
+        if not lv:
+            continue
+        levels = levels or [x["mu"] for x in lv]
+        cells = [m["label"]]
+        n = len(m.get("seeds") or [])
+        for x in lv:
+            eff, kl = x["effective_answers"], x["kl_pstar"]
+            mark = lambda d: " **" if d.get("separated") else ""  # noqa: E731
+            cells.append(f"{_cell(eff, 2)}{mark(eff)} / {_cell(kl, 2)}{mark(kl)} ({len(x['seeds'])}/{n})")
+        rows.append(cells)
+    if not rows or levels is None:
+        return []
+    return _table(["method vs baseline"] + [f"μ = {mu:g}: Δ eff. answers / Δ KL(p*‖π_v) (seeds)" for mu in levels],
+                  rows)  # fmt: skip
