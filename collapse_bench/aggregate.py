@@ -148,6 +148,24 @@ def inert_values(bench: Benchmark, out: Path, task: str, method: str) -> list[li
     return [values for values in by_fingerprint.values() if len(values) > 1]
 
 
+def identical_cells(fingerprints: dict[str, dict[int, str]]) -> list[list[str]]:
+    """Groups (of two or more) of a task's cells (methods, each at its value) whose runs trained bit-identical models
+    at every seed they share (``fingerprints``: method → seed → weights fingerprint): settings that change nothing
+    for this task's rewards, so two rows of the tables are one."""
+    names = [n for n, by_seed in fingerprints.items() if by_seed]
+    groups: list[list[str]] = []
+    for name in names:
+        for group in groups:
+            first = fingerprints[group[0]]
+            shared = set(first) & set(fingerprints[name])
+            if shared and all(first[s] == fingerprints[name][s] for s in shared):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return [g for g in groups if len(g) > 1]
+
+
 def seed_results(bench: Benchmark, out: Path, task: str, method: str, value: Any) -> dict[int, dict[str, Any]]:
     results = {}
     for seed in bench.seeds:
@@ -204,7 +222,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             entry["methods"][m.name]["_flats"] = flats
             entry["methods"][m.name]["_results"] = results
         for name, data in entry["methods"].items():
-            flats, results = data.pop("_flats", None), data.pop("_results", None)
+            flats, results = data.pop("_flats", None), data.get("_results")
             if flats is None or name == bench.baseline or not baseline_flat:
                 continue
             if any(r.get("trajectory") for r in baseline_results.values()):
@@ -224,6 +242,14 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 }
                 for split in bench.evaluation.splits
             }
+        entry["identical_cells"] = identical_cells(
+            {
+                name: {s: r["fingerprint"] for s, r in (data.get("_results") or {}).items() if r.get("fingerprint")}
+                for name, data in entry["methods"].items()
+            }
+        )
+        for data in entry["methods"].values():
+            data.pop("_results", None)
         entry["holm_family"] = holm_flags(entry)
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:

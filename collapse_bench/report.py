@@ -329,7 +329,8 @@ def _sweep_plot(
 
 
 def inert_lines(entry: dict[str, Any]) -> list[str]:
-    """One line per method whose tuning grid holds values that trained bit-identical models (none: no lines)."""
+    """One line per method whose tuning grid holds values that trained bit-identical models, and one per group of
+    cells that did (none: no lines)."""
     lines = []
     for name, data in entry["methods"].items():
         for group in data.get("inert_values") or []:
@@ -338,6 +339,10 @@ def inert_lines(entry: dict[str, Any]) -> list[str]:
                 f"- **Inert grid values**: `{name}` trained bit-identical models (the same weights at the "
                 f"tuning seed) at {data['tune_key']} {values}: its grid has fewer settings than values."
             )
+    for group in entry.get("identical_cells") or []:
+        names = " = ".join(f"`{name}`" for name in group)
+        lines.append(f"- **Identical cells**: {names} trained bit-identical models at every seed: one setting, "
+                     "not several, for this task's rewards.")  # fmt: skip
     return ["", *lines] if lines else []
 
 

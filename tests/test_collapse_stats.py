@@ -113,6 +113,23 @@ def test_inert_grid_values_are_the_ones_with_identical_trained_weights(tmp_path)
     assert inert_lines({"methods": {"grpo": {"inert_values": []}}}) == []
 
 
+def test_cells_that_trained_identical_models_are_grouped_and_reported():
+    from collapse_bench.aggregate import identical_cells
+    from collapse_bench.report import inert_lines
+
+    fingerprints = {
+        "grpo": {1: "a", 2: "b"},
+        "mara_1": {1: "a", 2: "b"},  # identical to grpo at every seed
+        "mara_01": {1: "a", 2: "c"},  # identical at one seed only: a real difference
+        "pkpo": {1: "d"},
+        "unfinished": {},
+    }
+    assert identical_cells(fingerprints) == [["grpo", "mara_1"]]
+    assert identical_cells({"a": {1: "x"}, "b": {2: "x"}}) == []  # no seed in common: nothing claimed
+    lines = inert_lines({"methods": {}, "identical_cells": [["grpo", "mara_1"]]})
+    assert len(lines) == 2 and "`grpo` = `mara_1`" in lines[1]
+
+
 def test_paired_p_value_and_holm_against_hand_values():
     from collapse_bench.stats import holm, paired_p_value, t_cdf
 
