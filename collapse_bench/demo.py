@@ -1,9 +1,9 @@
 """``rlvr-div demo`` (= ``make demo``): the short version of the collapse benchmark, on the built-in tiny model.
 
-It trains the stock TRL baseline (GRPO, β = 0) and the strongest remedies of the full benchmark (at the values the
-benchmark chose on its validation split) into the high-validity regime on ``pairsum`` ('sum n:' → any a+b = n),
-with the benchmark's equal budgets, then measures every model exactly: validity, pass@k, and the distance to the
-filtered model p* (KL(p*‖π(·|valid)), effective number of valid answers, p*-mass covered). ``<out>/report.md`` puts
+It trains the stock TRL baseline (GRPO, β = 0) and the cells of the full benchmark that show its headline on the
+benchmark's base ``tiny2``, ``skewsum`` ('add n:' → any a+b = n, a skewed filtered model) and ``carry`` ('a+b=',
+one answer), with the benchmark's equal budgets, then measures every model exactly: validity, pass@k, and the
+distance to the filtered model p* (KL(p*‖π(·|valid)), effective number of valid answers, p*-mass covered). ``<out>/report.md`` puts
 what the full benchmark found (docs/collapse.md) above the demo's own tables. Resumable like the benchmark: a rerun
 skips every finished run.
 """
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             "# rlvr-div demo: the collapse and the cure, on the tiny model",
             "",
             f"Command: `{command.strip()}` ({seconds:.0f} s in this invocation). The full benchmark (every method, "
-            "3 seeds, two tasks, the β sweep) is `make bench-collapse`; its protocol and tables are in "
+            "every coefficient, 5 seeds, two tasks) is `make bench-collapse`; its protocol and tables are in "
             "[docs/collapse.md](../docs/collapse.md).",
             "",
             "## What the full benchmark found",

@@ -14,7 +14,9 @@ import pytest
 from collapse_bench.demo import findings
 from rlvr_div.cli import main as cli_main
 
-SMALL = ["--steps", "2", "--seeds", "1", "--quiet"]
+# the machinery on the base every test builds (bench/demo.yaml trains tiny2, built only by the slow full demo)
+DEMO_TINY = Path(__file__).resolve().parent / "fixtures" / "demo_tiny.yaml"
+SMALL = ["--config", str(DEMO_TINY), "--steps", "2", "--seeds", "1", "--quiet"]
 
 
 def _demo(out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -70,4 +72,5 @@ def test_full_demo(tmp_path, tiny_path):
     res = _demo(out, "--quiet")
     assert res.returncode == 0, res.stderr[-3000:]
     report = (out / "report.md").read_text()
-    assert "pass@128" in report and "| α-DPG |" in report and "KL(p*‖π_v)" in report
+    assert "pass@128" in report and "| α-DPG, α = 0.25 |" in report and "KL(p*‖π_v)" in report
+    assert "Against the untrained base at every k" in report and "](pareto_carry.png)" in report
