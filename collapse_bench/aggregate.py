@@ -23,7 +23,7 @@ from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_valu
 SCALARS = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_answers", "kl_pstar", "lost_at_kmax")
 MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
-LEVELS = (0.75, 0.85, 0.9)  # the fixed validities at which two training paths are compared
+LEVELS = (0.75, 0.85, 0.9, 0.95)  # the fixed validities at which two training paths are compared
 
 
 def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | None:
@@ -225,7 +225,9 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             flats, results = data.pop("_flats", None), data.get("_results")
             if flats is None or name == bench.baseline or not baseline_flat:
                 continue
-            if any(r.get("trajectory") for r in baseline_results.values()):
+            many_answers = (entry["base"].get("train") or {}).get("effective_answers") or 1.0
+            if any(r.get("trajectory") for r in baseline_results.values()) and many_answers > 1.0001:
+                # (with one valid answer per prompt every diversity number is the same for every policy)
                 data["matched_validity"] = matched_validity(results, baseline_results, ks[-1])
                 data["levels"] = matched_levels(
                     {s: r.get("trajectory") or [] for s, r in results.items()},
@@ -251,6 +253,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         for data in entry["methods"].values():
             data.pop("_results", None)
         entry["holm_family"] = holm_flags(entry)
+        entry["holm_family_matched"] = holm_flags_matched(entry)
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:
         agg["beta_sweep"] = beta_sweep(bench, out)
@@ -290,6 +293,28 @@ def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:
     for (name, split, key), ok in survive.items():
         entry["methods"][name]["paired_vs_baseline"][split][key]["holm"] = ok
     return sum(1 for p in family.values() if p is not None)
+
+
+def holm_flags_matched(entry: dict[str, Any], alpha: float = 0.05) -> int:
+    """Holm–Bonferroni over a task's family of matched-validity comparisons (the primary ones: every method × each
+    fixed validity level × effective answers and KL(p*‖π_v), and every method's end point against the baseline's
+    path × the same two numbers): each difference gets ``p`` and ``holm`` as in :func:`holm_flags`. Returns the
+    family's size."""
+    family = {}
+    for name, data in entry["methods"].items():
+        for i, level in enumerate(data.get("levels") or []):
+            for key in ("effective_answers", "kl_pstar"):
+                level[key]["p"] = paired_p_value(level[key])
+                family[(name, i, key)] = level[key]
+        matched = data.get("matched_validity")
+        if matched:
+            for key in ("effective_answers", "kl_pstar"):
+                matched[key]["p"] = paired_p_value(matched[key])
+                family[(name, "end", key)] = matched[key]
+    survive = holm({k: d["p"] for k, d in family.items()}, alpha)
+    for k, ok in survive.items():
+        family[k]["holm"] = ok
+    return sum(1 for d in family.values() if d["p"] is not None)
 
 
 def code_states(bench: Benchmark, out: Path) -> dict[str, int]:

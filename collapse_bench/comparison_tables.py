@@ -71,7 +71,7 @@ def levels_table(entry: dict[str, Any]) -> list[str]:
         n = len(m.get("seeds") or [])
         for x in lv:
             eff, kl = x["effective_answers"], x["kl_pstar"]
-            mark = lambda d: " **" if d.get("separated") else ""  # noqa: E731
+            mark = lambda d: (" **" if d.get("separated") else "") + (" †" if d.get("holm") else "")  # noqa: E731
             cells.append(f"{_cell(eff, 2)}{mark(eff)} / {_cell(kl, 2)}{mark(kl)} ({len(x['seeds'])}/{n})")
         rows.append(cells)
     if not rows or levels is None:

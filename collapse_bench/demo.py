@@ -3,9 +3,9 @@
 It trains the stock TRL baseline (GRPO, β = 0) and the cells of the full benchmark that show its headline on the
 benchmark's base ``tiny2``, ``skewsum`` ('add n:' → any a+b = n, a skewed filtered model) and ``carry`` ('a+b=',
 one answer), with the benchmark's equal budgets, then measures every model exactly: validity, pass@k, and the
-distance to the filtered model p* (KL(p*‖π(·|valid)), effective number of valid answers, p*-mass covered). ``<out>/report.md`` puts
-what the full benchmark found (docs/collapse.md) above the demo's own tables. Resumable like the benchmark: a rerun
-skips every finished run.
+distance to the filtered model p* (KL(p*‖π(·|valid)), effective number of valid answers, p*-mass covered).
+``<out>/report.md`` puts what the full benchmark found (docs/collapse.md) above the demo's own tables. Resumable
+like the benchmark: a rerun skips every finished run.
 """
 
 from __future__ import annotations

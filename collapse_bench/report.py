@@ -128,7 +128,7 @@ def matched_table(entry: dict[str, Any], kmax: int) -> list[str]:
         cells = [m["label"], f"{len(mv['seeds'])}/{n}"]
         for key, digits in (("effective_answers", 2), ("cov_at_kmax", 3), ("kl_pstar", 2)):
             d = mv[key]
-            cells.append(_pm(d, digits) + (" **" if d["separated"] else ""))
+            cells.append(_pm(d, digits) + (" **" if d["separated"] else "") + (" †" if d.get("holm") else ""))
         rows.append(cells)
     if not rows:
         return []
@@ -361,8 +361,9 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
             lines += ["", f"### Exact measurements on {what}", ""] + metric_table(entry, sp, kmax)
             lines += ["", f"Paired differences against the baseline on {what} (** = the 95% interval excludes 0; † = "
                       f"the paired t-test survives Holm's correction at 0.05 over the task's family of "
-                      f"{entry.get('holm_family', 0)} paired comparisons, every method × split × metric of these "
-                      "tables):", ""]  # fmt: skip
+                      f"{entry.get('holm_family', 0)} paired comparisons: every method × split (train, validation, "
+                      "test) × paired metric of collapse.json, a superset of these tables, so the correction is "
+                      "conservative):", ""]  # fmt: skip
             lines += paired_table(entry, sp, kmax)
             matched = matched_table(entry, kmax) if sp == "train" else []
             if matched:
@@ -371,7 +372,10 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     "At matched validity: each method's end point against the baseline's own training path "
                     "(measured exactly every few steps) where it had the same validity on the training prompts, "
                     "as if the baseline had been stopped there; paired by seed (** = the 95% interval excludes "
-                    "0; a seed whose baseline never had the method's validity is not compared):",
+                    "0; † = the paired t-test survives Holm's correction at 0.05 over the task's family of "
+                    f"{entry.get('holm_family_matched', 0)} matched-validity comparisons, this table's and the next "
+                    "one's effective answers and KL; a seed whose baseline never had the method's validity is not "
+                    "compared):",
                     "",
                 ]
                 lines += matched
@@ -381,7 +385,8 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     "",
                     "At fixed validities along both training paths (no end point chosen): each method's "
                     "path and the baseline's path read at the same validity μ of the training prompts, paired "
-                    "by seed; a seed counts where both paths reach μ (** = the 95% interval excludes 0):",
+                    "by seed; a seed counts where both paths reach μ (** = the 95% interval excludes 0; † = "
+                    "it survives Holm's correction over the matched-validity family):",
                     "",
                 ]
                 lines += levels  # fmt: skip
