@@ -341,6 +341,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
     check_shaping_rewards(getattr(training, "reward_shaping", "none"), rewards)
+    if getattr(training, "reward_shaping", "none") == "mara" and spec.one_answer and rewards == [spec.reward]:
+        raise ConfigError(
+            f"reward_shaping 'mara' is inert on task {script.task!r}: every prompt has one valid answer, so the valid "
+            "samples of a group are one completion and MARA re-anchors nothing (the run would be reverse KL at the "
+            "same β); use divergence: reverse_kl without reward_shaping"
+        )
     check_entropy_bonus(training, script.trainer)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)

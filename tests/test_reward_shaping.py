@@ -219,6 +219,8 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe, tmp_path):
         (["--reward_shaping", "mara", "--mara_tau", "2.0"], "mara_tau=2.0 re-anchors no completion"),
         (["--reward_shaping", "mara", "--mara_tau", "0"], "mara_tau=0.0 re-anchors every completion"),
         (["--reward_shaping", "mara", "--divergence", "forward_kl"], "needs divergence: reverse_kl"),
+        (["--reward_shaping", "mara", "--task", "carry"], "'mara' is inert on task 'carry': every prompt has one"),
+        (["--reward_shaping", "mara", "--task", "arith"], "'mara' is inert on task 'arith'"),
     ],
 )
 def test_bad_shaping_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

@@ -21,7 +21,8 @@ class TaskSpec:
     ``ends_with_eos`` (chat prompts, the tiny model's tasks) a valid completion is that text then the tokenizer's EOS,
     without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows.
     ``corpus(rng) -> (prompt, completion)``, for the tasks the built-in tiny bases are pretrained on
-    (:mod:`rlvr_div.tiny_base`), draws one pretraining example."""
+    (:mod:`rlvr_div.tiny_base`), draws one pretraining example. ``one_answer``: every prompt has exactly one valid
+    completion under ``reward`` (settings that act only between several valid answers are refused on it)."""
 
     name: str
     build: Callable[..., datasets.Dataset]
@@ -32,4 +33,5 @@ class TaskSpec:
     valid_completions: Callable[[dict[str, Any]], list[str]] | None = None
     ends_with_eos: bool = True
     corpus: Callable[[random.Random], tuple[str, str]] | None = None
+    one_answer: bool = False  # every prompt has exactly one valid completion under the task's own reward
     options: dict[str, Any] = field(default_factory=dict)

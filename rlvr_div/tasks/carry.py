@@ -91,5 +91,6 @@ TASKS.add(
         description="a+b= with a unique answer; the base drops the carry (a latent, shared skill)",
         valid_completions=carry_valid,
         corpus=_carry_corpus,
+        one_answer=True,
     ),
 )

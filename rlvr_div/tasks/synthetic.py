@@ -153,6 +153,7 @@ TASKS.add(
         description="a+b= / a-b= with a unique integer answer",
         valid_completions=arith_valid,
         corpus=_arith_corpus,
+        one_answer=True,
     ),
 )
 TASKS.add(
