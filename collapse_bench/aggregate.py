@@ -281,7 +281,7 @@ def prompt_comparisons(
 
 def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:
     """Holm–Bonferroni over a task's family of paired comparisons against the baseline (every method × split ×
-    metric of its paired tables): each paired difference gets ``p`` (paired t-test) and ``holm`` (True: it survives
+    paired metric, ``PAIRED``): each paired difference gets ``p`` (paired t-test) and ``holm`` (True: it survives
     the correction at ``alpha``). Returns the family's size."""
     family = {}
     for name, data in entry["methods"].items():
