@@ -6,17 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _cell(ci: dict[str, Any] | None, digits: int = 3) -> str:
-    if not ci or ci.get("mean") is None:
-        return "—"
-    if ci.get("half") is None:
-        return f"{ci['mean']:.{digits}f}"
-    return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+from collapse_bench.markdown import pm as _cell
+from collapse_bench.markdown import table as _table
 
 
 def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:

@@ -9,23 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
+from collapse_bench.markdown import pm as _pm
+from collapse_bench.markdown import table as _table
 from collapse_bench.stats import paired_difference
-
-
-def _pm(ci: dict[str, Any] | None, digits: int = 3) -> str:
-    if not ci or ci.get("mean") is None:
-        return "—"
-    if ci.get("half") is None:
-        return f"{ci['mean']:.{digits}f}"
-    return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
 
 
 def _num(x: float | None, digits: int = 3) -> str:
     return "—" if x is None else "∞" if isinstance(x, float) and math.isinf(x) else f"{x:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def multi_answer(entry: dict[str, Any], split: str) -> bool:

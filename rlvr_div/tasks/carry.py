@@ -24,7 +24,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.tasks import TASKS
 from rlvr_div.tasks.base import TaskSpec
 from rlvr_div.tasks.data import take_rows
-from rlvr_div.tasks.synthetic import SPLITS, mistake
+from rlvr_div.tasks.synthetic import SPLITS, arith_valid, mistake
 
 CARRY_MAX = 39
 CARRY_NOISE = 0.02
@@ -77,11 +77,6 @@ def build_carry(split: str = "train", seed: int = 0, size: int | None = None) ->
     return take_rows(rows, size)
 
 
-def carry_valid(row: dict) -> list[str]:
-    """The one completion ``arith_exact`` accepts for a row."""
-    return [str(int(row["answer"]))]
-
-
 TASKS.add(
     "carry",
     TaskSpec(
@@ -89,7 +84,7 @@ TASKS.add(
         build_carry,
         reward="arith_exact",
         description="a+b= with a unique answer; the base drops the carry (a latent, shared skill)",
-        valid_completions=carry_valid,
+        valid_completions=arith_valid,  # the one canonical sum, as on arith
         corpus=_carry_corpus,
         one_answer=True,
     ),

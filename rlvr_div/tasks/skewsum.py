@@ -21,7 +21,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.tasks import TASKS
 from rlvr_div.tasks.base import TaskSpec
 from rlvr_div.tasks.data import take_rows
-from rlvr_div.tasks.synthetic import SPLITS, pairsum_split
+from rlvr_div.tasks.synthetic import SPLITS, pairsum_split, pairsum_valid
 
 SKEWSUM_MIN, SKEWSUM_MAX = 2, 61
 SKEWSUM_EASY = 21
@@ -57,12 +57,6 @@ def build_skewsum(split: str = "train", seed: int = 0, size: int | None = None) 
     return take_rows([{"prompt": f"add {n}:", "target": n} for n in targets], size)
 
 
-def skewsum_valid(row: dict) -> list[str]:
-    """The n + 1 completions ``pair_sum`` accepts for target n: ``a+(n−a)`` for a = 0..n."""
-    n = int(row["target"])
-    return [f"{a}+{n - a}" for a in range(n + 1)]
-
-
 TASKS.add(
     "skewsum",
     TaskSpec(
@@ -70,7 +64,7 @@ TASKS.add(
         build_skewsum,
         reward="pair_sum",
         description="'add n:' -> any a+b = n; the base prefers small a (a skewed p*)",
-        valid_completions=skewsum_valid,
+        valid_completions=pairsum_valid,  # the valid set is pairsum's: a + b = n
         corpus=_skewsum_corpus,
     ),
 )
