@@ -10,6 +10,11 @@ from collapse_bench.markdown import pm as _cell
 from collapse_bench.markdown import table as _table
 
 
+def _marks(diff: dict[str, Any]) -> str:
+    """' **' where a paired difference's interval excludes 0, then ' †' where it survives Holm's correction."""
+    return (" **" if diff.get("separated") else "") + (" †" if diff.get("holm") else "")
+
+
 def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:
     """Δ pass@k against the base, per method and k: mean [95% bootstrap interval over seeds and prompts]; ** where
     the interval excludes 0 (negative: the base ahead)."""
@@ -62,8 +67,7 @@ def levels_table(entry: dict[str, Any]) -> list[str]:
         n = len(m.get("seeds") or [])
         for x in lv:
             eff, kl = x["effective_answers"], x["kl_pstar"]
-            mark = lambda d: (" **" if d.get("separated") else "") + (" †" if d.get("holm") else "")  # noqa: E731
-            cells.append(f"{_cell(eff, 2)}{mark(eff)} / {_cell(kl, 2)}{mark(kl)} ({len(x['seeds'])}/{n})")
+            cells.append(f"{_cell(eff, 2)}{_marks(eff)} / {_cell(kl, 2)}{_marks(kl)} ({len(x['seeds'])}/{n})")
         rows.append(cells)
     if not rows or levels is None:
         return []
