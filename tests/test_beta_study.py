@@ -189,7 +189,7 @@ def test_the_real_lm_study_config_reads():
     study = load_study(ROOT / "bench" / "real_lm.yaml")
     assert study.gguf_file.endswith(".gguf") and study.prompts == {"train": 8, "test": 8}
     assert study.convergence.stop_at_mu == 0.9 and study.samples > 0
-    assert {r.arm for r in study_runs(study)} == {"grpo", "forward_kl", "alpha_dpg"}
+    assert {r.arm for r in study_runs(study)} == {"grpo", "forward_kl", "alpha_dpg", "sequence_kl"}
 
 
 def test_lists_go_to_the_training_command_as_separate_values():
@@ -215,7 +215,7 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
     write_json(tmp_path / "base.json", {"splits": {s: {"summary": {"mean": mean(0.3, 18.0)}} for s in splits}})
     paths = {"grpo": [(0.3, 18.0), (0.7, 10.0), (0.95, 4.0)], "forward_kl": [(0.3, 18.0), (0.5, 17.0), (0.9, 14.0)]}
     for run in study_runs(study):
-        if run.arm == "alpha_dpg" or run.seed == 3:
+        if run.arm in ("alpha_dpg", "sequence_kl") or run.seed == 3:
             continue  # unfinished
         path = [{"step": 5 * i, "mu": m, "effective_answers": e + run.seed, "kl_pstar": 0.0, "kl_uniform": 0.0}
                 for i, (m, e) in enumerate(paths[run.arm])]  # fmt: skip
@@ -227,7 +227,7 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
         (tmp_path / "runs" / run.key).mkdir(parents=True)
         write_json(tmp_path / "runs" / run.key / "result.json", result)
     agg = aggregate(study, tmp_path)
-    assert sorted(agg["arms"]) == ["forward_kl β=0.1", "grpo"] and len(agg["missing"]) == 5
+    assert sorted(agg["arms"]) == ["forward_kl β=0.1", "grpo"] and len(agg["missing"]) == 8
     assert agg["arms"]["grpo"]["seconds_per_step"]["mean"] == pytest.approx(2.0)  # 20 s over 10 steps
     at = {lv["mu"]: lv for lv in agg["matched"]["forward_kl β=0.1"]}
     # μ = 0.5 on both seeds: forward KL 17 + s, GRPO 18 + s + (0.2/0.4)·(10 − 18) = 14 + s → +3
