@@ -45,27 +45,26 @@ def pstar_skew(base_logp: np.ndarray) -> tuple[float, float]:
     return math.log(len(base_logp)) - entropy, math.exp(entropy)
 
 
-def corpus_validity(task: str, prompts: Sequence[str], draws: int, seed: int = 0) -> dict[str, float]:
-    """The corpus sampler's validity on each of ``prompts`` (those it draws at least once in ``draws`` draws), scored
-    by the task's own reward."""
+def corpus_validity(task: str, rows: Sequence[dict[str, Any]], draws: int, seed: int = 0) -> dict[str, float]:
+    """The corpus sampler's validity on the prompt of each of ``rows`` (those it draws at least once in ``draws``
+    draws), scored by the task's own reward."""
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task_spec
 
     spec = get_task_spec(task)
     if spec.corpus is None:
         return {}
-    wanted = set(prompts)
+    by_prompt = {r["prompt"]: r for r in rows}
     rng = random.Random(seed)
     seen: dict[str, list[str]] = defaultdict(list)
     for _ in range(draws):
         prompt, completion = spec.corpus(rng)
-        if prompt in wanted:
+        if prompt in by_prompt:
             seen[prompt].append(completion)
-    rows = {r["prompt"]: r for s in SPLITS for r in split_rows(task, s, {})}
     reward = get_reward(spec.reward)
     out = {}
     for prompt, completions in seen.items():
-        columns = {c: [rows[prompt][c]] * len(completions) for c in reward.columns}
+        columns = {c: [by_prompt[prompt][c]] * len(completions) for c in reward.columns}
         out[prompt] = float(np.mean(reward.score(completions, **columns)))
     return out
 
@@ -76,13 +75,13 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int) ->
 
     path = resolve_model(model)
     out: dict[str, Any] = {"model": model, "task": task, "k": k, "threshold": threshold, "splits": {}}
-    for split in SPLITS:
-        rows = split_rows(task, split, {})
+    rows_of = {split: split_rows(task, split, {}) for split in SPLITS}
+    corpus = corpus_validity(task, [r for rows in rows_of.values() for r in rows], corpus_draws)  # one pass, all splits
+    for split, rows in rows_of.items():
         logps = [np.asarray(lp, float) for lp in logprobs_of(path, task, rows, 1.0)]
         prompts = [r["prompt"] for r in rows]
         mu = [float(np.exp(np.logaddexp.reduce(lp))) for lp in logps]
         skew = [pstar_skew(lp) for lp in logps]
-        corpus = corpus_validity(task, prompts, corpus_draws)
         bins = []
         for lo, hi in zip(BINS[:-1], BINS[1:]):
             idx = [i for i, m in enumerate(mu) if lo <= m < hi or (hi == 1.0 and m == 1.0)]

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _cell
 from collapse_bench.markdown import table as _table
-
-
-def _marks(diff: dict[str, Any]) -> str:
-    """' **' where a paired difference's interval excludes 0, then ' †' where it survives Holm's correction."""
-    return (" **" if diff.get("separated") else "") + (" †" if diff.get("holm") else "")
 
 
 def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:

@@ -17,3 +17,8 @@ def pm(ci: dict[str, Any] | None, digits: int = 3) -> str:
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A markdown table's lines."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def marks(diff: dict[str, Any]) -> str:
+    """' **' where a paired difference's interval excludes 0, then ' †' where it survives Holm's correction."""
+    return (" **" if diff.get("separated") else "") + (" †" if diff.get("holm") else "")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
+from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
 from collapse_bench.stats import paired_difference
@@ -100,8 +101,7 @@ def paired_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
         cells = []
         for key, _ in keys:
             d = paired[key]
-            mark = (" **" if d["separated"] else "") + (" †" if d.get("holm") else "")
-            cells.append(_pm(d, 3 if key != "effective_answers" else 2) + mark)
+            cells.append(_pm(d, 3 if key != "effective_answers" else 2) + _marks(d))
         rows.append([m["label"]] + cells)
     return _table(["method vs baseline, paired by seed"] + [h for _, h in keys], rows)
 
@@ -118,7 +118,7 @@ def matched_table(entry: dict[str, Any], kmax: int) -> list[str]:
         cells = [m["label"], f"{len(mv['seeds'])}/{n}"]
         for key, digits in (("effective_answers", 2), ("cov_at_kmax", 3), ("kl_pstar", 2)):
             d = mv[key]
-            cells.append(_pm(d, digits) + (" **" if d["separated"] else "") + (" †" if d.get("holm") else ""))
+            cells.append(_pm(d, digits) + _marks(d))
         rows.append(cells)
     if not rows:
         return []

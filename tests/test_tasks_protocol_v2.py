@@ -5,6 +5,7 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from collapse_bench.base_profile import near_perfect_share, pstar_skew
@@ -83,9 +84,9 @@ def test_base_profile_arithmetic():
     assert near_perfect_share([1.0, 0.0], k=8, threshold=8) == pytest.approx(0.5)
     assert near_perfect_share([0.9], k=8, threshold=8) == pytest.approx(0.9**8)
     assert near_perfect_share([0.5], k=2, threshold=1) == pytest.approx(0.75)
-    kl, eff = pstar_skew(math.log(0.3) + __import__("numpy").log([0.25] * 4))  # uniform valid mass, any total
+    kl, eff = pstar_skew(math.log(0.3) + np.log([0.25] * 4))  # uniform valid mass, any total
     assert kl == pytest.approx(0.0, abs=1e-12) and eff == pytest.approx(4.0)
-    kl, eff = pstar_skew(__import__("numpy").log([0.5, 0.25, 0.25]))
+    kl, eff = pstar_skew(np.log([0.5, 0.25, 0.25]))
     assert kl == pytest.approx(math.log(3) - 1.5 * math.log(2)) and eff == pytest.approx(2**1.5)
 
 
