@@ -393,11 +393,12 @@ def _takes_data_path(task: str) -> bool:
 
 
 def _tiny_dir_if_built(spec: Any) -> str | None:
-    """A named tiny base's directory (``spec``: its TinySpec) if it is already built (checks never build it)."""
-    from rlvr_div.cache import cache_dir
+    """A named tiny base's directory (``spec``: its TinySpec) if it is already built and current (checks never build
+    it)."""
+    from rlvr_div.tiny_base import cached_tiny_path
 
-    path = cache_dir() / f"tiny-{spec.key()}"
-    return str(path) if (path / "config.json").is_file() else None
+    path = cached_tiny_path(spec)
+    return None if path is None else str(path)
 
 
 def _check_rehearsal_set(script: ScriptArguments, training: Any, model: Any) -> None:

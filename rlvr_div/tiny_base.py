@@ -2,6 +2,11 @@
 tasks, deterministic from a seed (:class:`TinySpec`), cached under ``$RLVR_DIV_CACHE`` (default
 ``~/.cache/rlvr_div``) as ``tiny-<spec hash>`` and built on first use (a minute or two on 2 CPU cores).
 
+The spec hash names the directory; what the weights depend on beyond the spec (the corpus samplers' code, the build
+code, the torch and transformers versions) is the build's *fingerprint* (:func:`build_fingerprint`), recorded in
+``tiny_spec.json``. A cached base whose fingerprint differs from the current one was built by other code: it is
+rebuilt, with one line saying why, so two users of one name cannot hold different models silently.
+
 Two bases have names (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``, and ``tiny2``, the base
 of the collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic
 error mode; a skewed filtered model). :func:`rlvr_div.models.resolve_model` maps these names (and
@@ -10,15 +15,19 @@ error mode; a skewed filtered model). :func:`rlvr_div.models.resolve_model` maps
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import math
 import os
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -99,26 +108,103 @@ def tiny_spec(name: str) -> TinySpec | None:
     return TINY_BASES.get(name)
 
 
+# How many corpus examples, drawn as the build draws them, the fingerprint hashes (4 batches of the default spec).
+FINGERPRINT_SAMPLES = 512
+
+
+def corpus_stream(spec: TinySpec) -> Iterator[tuple[str, str]]:
+    """The pretraining examples ``(prompt, completion)`` in the order the build draws them: each from a task chosen
+    uniformly among ``spec.tasks`` by ``random.Random(spec.seed)``, then drawn by that task's ``corpus`` sampler."""
+    samplers = _corpus_samplers(spec)
+    rng = random.Random(spec.seed)
+    while True:
+        yield samplers[rng.randrange(len(samplers))](rng)
+
+
+def _corpus_samplers(spec: TinySpec) -> list[Callable[[random.Random], tuple[str, str]]]:
+    from rlvr_div.tasks import get_task_spec
+
+    samplers = []
+    for task in spec.tasks:
+        corpus = get_task_spec(task).corpus
+        if corpus is None:
+            raise ConfigError(f"task {task!r} has no pretraining corpus; a tiny base can be pretrained only on tasks "
+                              "that define TaskSpec.corpus")  # fmt: skip
+        samplers.append(corpus)
+    return samplers
+
+
+@functools.cache
+def build_fingerprint(spec: TinySpec) -> str:
+    """sha256 over what the built weights depend on beyond ``spec``: the first :data:`FINGERPRINT_SAMPLES` corpus
+    examples as the build draws them (the samplers' code and the task registry), the source of the build and of the
+    tokenizer (and its alphabet), and the installed torch and transformers versions."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    stream = corpus_stream(spec)
+    for _ in range(FINGERPRINT_SAMPLES):
+        h.update(json.dumps(next(stream)).encode())
+    for fn in (build_tiny_model, build_char_tokenizer, corpus_stream, _corpus_samplers):
+        h.update(inspect.getsource(fn).encode())
+    h.update(TINY_ALPHABET.encode())
+    for package in ("torch", "transformers"):
+        h.update(f"{package}=={version(package)}".encode())
+    return h.hexdigest()[:16]
+
+
+def stale_reason(path: Path, spec: TinySpec) -> str | None:
+    """Why the cached base at ``path`` is not what this code builds for ``spec`` (None when it is current)."""
+    try:
+        recorded = json.loads((path / "tiny_spec.json").read_text()).get("fingerprint")
+    except (OSError, ValueError):
+        return "it has no readable tiny_spec.json"
+    if recorded is None:
+        return "it was built by an older rlvr-div that recorded no build fingerprint"
+    current = build_fingerprint(spec)
+    if recorded != current:
+        return f"its build fingerprint {recorded} differs from this code's {current} (corpus, build code or torch)"
+    return None
+
+
+def cached_tiny_path(spec: TinySpec) -> Path | None:
+    """The cached directory of the base of ``spec`` if it is built and current (never builds)."""
+    path = cache_dir() / f"tiny-{spec.key()}"
+    if (path / "config.json").exists() and stale_reason(path, spec) is None:
+        return path
+    return None
+
+
 def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path:
-    """The directory of the built-in base, building it first if it is not cached (a file lock makes concurrent
-    processes wait for one build)."""
+    """The directory of the built-in base, building it first if it is not cached or its cached build is stale (a
+    file lock makes concurrent processes wait for one build)."""
     from filelock import FileLock
 
     spec = spec or TinySpec()
     root = cache_dir()
     path = root / f"tiny-{spec.key()}"
-    if (path / "config.json").exists():
+    if cached_tiny_path(spec) is not None:
         return path
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        if not (path / "config.json").exists():
-            tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=root))
-            try:
-                build_tiny_model(tmp, spec, progress=progress)
+        if (path / "config.json").exists():
+            reason = stale_reason(path, spec)
+            if reason is None:
+                return path
+            print(f"rlvr-div: rebuilding the tiny base {path.name}: {reason}", file=sys.stderr, flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=root))
+        try:
+            build_tiny_model(tmp, spec, progress=progress)
+            if path.exists():  # the stale build: moved aside, then removed once the new one is in place
+                old = Path(tempfile.mkdtemp(prefix=path.name + ".stale.", dir=root))
+                path.rename(old / "model")
                 tmp.rename(path)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return path
 
 
@@ -133,14 +219,11 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from rlvr_div.tasks import get_task_spec
-
     spec = spec or TinySpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_char_tokenizer()
     torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=spec.hidden_size,
@@ -157,13 +240,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     )
     model = LlamaForCausalLM(config)
     model.train()
-    samplers = []
-    for task in spec.tasks:
-        corpus = get_task_spec(task).corpus
-        if corpus is None:
-            raise ConfigError(f"task {task!r} has no pretraining corpus; a tiny base can be pretrained only on tasks "
-                              "that define TaskSpec.corpus")  # fmt: skip
-        samplers.append(corpus)
+    corpus = corpus_stream(spec)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01, betas=(0.9, 0.98))
 
     def lr_at(step: int) -> float:
@@ -183,7 +260,7 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     for step in range(spec.steps):
         ids, labels = [], []
         for _ in range(spec.batch_size):
-            prompt, completion = samplers[rng.randrange(len(samplers))](rng)
+            prompt, completion = next(corpus)
             p = [bos] + encode(prompt)
             c = encode(completion) + [eos]
             ids.append(p + c)
@@ -215,7 +292,10 @@ def build_tiny_model(out_dir: str | os.PathLike, spec: TinySpec | None = None, p
     model.save_pretrained(out)
     tok.save_pretrained(out)
     (out / "tiny_spec.json").write_text(
-        json.dumps({**asdict(spec), "build_seconds": round(time.time() - t0, 1)}, indent=1)
+        json.dumps(
+            {**asdict(spec), "fingerprint": build_fingerprint(spec), "build_seconds": round(time.time() - t0, 1)},
+            indent=1,
+        )
     )
     return out
 
