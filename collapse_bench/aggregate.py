@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collapse_bench.measure import trajectory_point
+from collapse_bench.classes import base_by_class, class_table, held_out_path, lost_versus_baseline, primary_comparison
+from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, trajectory_point
 from collapse_bench.per_prompt import by_difficulty, versus_base
 from collapse_bench.runs import read_result, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
@@ -102,7 +103,8 @@ def flat_metrics(split: dict[str, Any], ks: list[int]) -> dict[str, float | None
         for k in ks:
             out[f"{name}_{k}"] = (m.get(name) or {}).get(str(k))
         out[f"{name}_kmax"] = out[f"{name}_{ks[-1]}"]
-    crossover = m.get("crossover_k")
+    # recomputed under the current rule (at least half a problem), so results written under an older rule agree
+    crossover = crossover_k(m, ks) if m.get("lost_at") else m.get("crossover_k")
     out["crossover_k"] = math.nan if m.get("base_ahead_at_1") else math.inf if crossover is None else float(crossover)
     return out
 
@@ -184,6 +186,8 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         base_file = out / "base" / f"{task.name}.json"
         base = json.loads(base_file.read_text()) if base_file.is_file() else {"splits": {}}
         entry: dict[str, Any] = {"base": {}, "methods": {}}
+        if has_classes(task.task):
+            entry["_base_splits"] = base["splits"]
         for split, data in base["splits"].items():
             entry["base"][split] = flat_metrics(data["summary"], ks)
         baseline_flat: dict[str, dict[int, dict[str, Any]]] = {}
@@ -244,6 +248,8 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 }
                 for split in bench.evaluation.splits
             }
+        if has_classes(task.task):
+            by_class(entry, bench, task.name)
         entry["identical_cells"] = identical_cells(
             {
                 name: {s: r["fingerprint"] for s, r in (data.get("_results") or {}).items() if r.get("fingerprint")}
@@ -259,6 +265,37 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         agg["beta_sweep"] = beta_sweep(bench, out)
     agg["code_states"] = code_states(bench, out)
     return agg
+
+
+def by_class(entry: dict[str, Any], bench: Benchmark, task: str) -> None:
+    """A task with prompt classes (:mod:`collapse_bench.classes`): the base's and every method's numbers per class
+    on every split, each method's problems lost against the baseline's seed by seed, the held-out path of the
+    minority share and pass@K per class, and the study's primary comparison where it is on this task."""
+    ks = list(bench.evaluation.ks)
+    primary = bench.primary if bench.primary is not None and bench.primary.task == task else None
+    min_difference = primary.min_difference if primary is not None else MIN_PROBLEMS
+    entry["min_difference"] = min_difference
+    splits = list(bench.evaluation.splits)
+    base_file_splits = entry.pop("_base_splits", {})
+    entry["base_by_class"] = {sp: base_by_class(base_file_splits[sp]) for sp in splits if sp in base_file_splits}
+    results = {name: data.get("_results") or {} for name, data in entry["methods"].items()}
+    baseline = results.get(bench.baseline) or {}
+    for name, data in entry["methods"].items():
+        if not results[name]:
+            continue
+        data["by_class"] = {sp: class_table(results[name], sp, ks) for sp in splits}
+        classes = list(data["by_class"][bench.evaluation.report_on])
+        data["held_out_path"] = {
+            f"{key}_{c}": held_out_path(results[name], f"{key}_{c}")
+            for c in classes
+            for key in ("minority_share", "mu", "pass_kmax")
+        }
+        if name != bench.baseline and baseline:
+            data["lost_vs_baseline"] = {
+                sp: lost_versus_baseline(results[name], baseline, sp, ks, min_difference) for sp in splits
+            }
+    if primary is not None:
+        entry["primary"] = primary_comparison(primary, results, bench.baseline)
 
 
 def prompt_comparisons(

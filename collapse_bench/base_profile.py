@@ -8,7 +8,8 @@ share of prompts that DPH-RL's offline stage would call near-perfect (the expect
 valid) = log|V| − H(p*) (how far the filtered model is from spreading evenly: the skew), the effective number of
 valid answers exp H(p*), and the same numbers by difficulty bin of A(x). Beside them the pretraining corpus's own
 validity on the same prompts (for the tasks a tiny base is pretrained on), estimated from ``corpus_draws`` draws of
-the task's corpus sampler: how well the base fits what it was trained on.
+the task's corpus sampler: how well the base fits what it was trained on. For a task with prompt classes and
+strategies (``routes``), the same per class, with the minority strategy's share of the valid mass.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import logprobs_of, split_rows
+from collapse_bench.measure import logprobs_of, minority_share, split_rows, task_structure
 
 BINS = (0.0, 0.2, 0.5, 0.8, 0.95, 1.0)
 SPLITS = ("train", "validation", "test")
@@ -92,6 +93,21 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int) ->
                     "mean_mu": float(np.mean([mu[i] for i in idx])) if idx else None,
                 }
             )
+        structure = task_structure(task, rows)
+        classes: dict[str, Any] = {}
+        for c in dict.fromkeys(structure.classes if structure and structure.classes else []):
+            idx = [i for i, x in enumerate(structure.classes) if x == c]
+            classes[c] = {
+                "prompts": len(idx),
+                "mean_mu": float(np.mean([mu[i] for i in idx])),
+                "corpus_mean_validity": float(np.mean([corpus[prompts[i]] for i in idx if prompts[i] in corpus]))
+                if corpus
+                else None,
+            }
+            if structure.minority is not None:
+                classes[c]["minority_share"] = float(
+                    np.mean([minority_share(logps[i], structure.minority[i]) for i in idx])
+                )
         out["splits"][split] = {
             "prompts": len(rows),
             "mean_mu": float(np.mean(mu)),
@@ -100,6 +116,7 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int) ->
             "mean_effective_answers": float(np.mean([s[1] for s in skew])),
             "corpus_mean_validity": float(np.mean([corpus[p] for p in prompts if p in corpus])) if corpus else None,
             "by_base_mu": bins,
+            **({"by_class": classes} if classes else {}),
             "per_prompt": {
                 "prompt": prompts,
                 "mu": mu,
@@ -128,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{'n/a' if corpus is None else f'{corpus:.3f}'}), near-perfect {s['near_perfect_share']:.2f}, "
               f"KL(p*‖u) {s['mean_kl_pstar_uniform']:.2f}, "
               f"effective answers {s['mean_effective_answers']:.2f}")  # fmt: skip
+        for c, entry in s.get("by_class", {}).items():
+            share = entry.get("minority_share")
+            print(f"   class {c}: {entry['prompts']} prompts, base validity {entry['mean_mu']:.3f} (corpus "
+                  f"{entry['corpus_mean_validity']:.3f})"
+                  + ("" if share is None else f", minority strategy's share of valid mass {share:.3f}"))  # fmt: skip
         print(
             "   by base validity: "
             + ", ".join(f"[{b['range'][0]}, {b['range'][1]}): {b['prompts']}" for b in s["by_base_mu"])

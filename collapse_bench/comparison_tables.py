@@ -12,8 +12,9 @@ from collapse_bench.markdown import table as _table
 
 
 def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:
-    """Δ pass@k against the base, per method and k: mean [95% bootstrap interval over seeds and prompts]; ** where
-    the interval excludes 0 (negative: the base ahead)."""
+    """Δ pass@k against the base, per method and k: mean [95% interval over seeds and prompts]; ** where the
+    interval excludes 0 and the difference is at least half a problem (negative: the base ahead); '≈ 0' where the
+    mean and the interval are 0 at display precision."""
     rows = []
     for m in entry["methods"].values():
         by_k = (m.get("vs_base") or {}).get(split)
@@ -23,6 +24,9 @@ def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[
         for k in ks:
             d = by_k[str(k)]
             mean, lo, hi = (round(d[key], 4) + 0.0 for key in ("mean", "lo", "hi"))  # + 0.0: no "-0.0000"
+            if mean == lo == hi == 0:  # below display precision: claims nothing, marks nothing
+                cells.append("≈ 0")
+                continue
             cells.append(f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]" + (" **" if d["separated"] else ""))
         rows.append([m["label"]] + cells)
     if not rows:

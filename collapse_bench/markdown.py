@@ -22,3 +22,18 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 def marks(diff: dict[str, Any]) -> str:
     """' **' where a paired difference's interval excludes 0, then ' †' where it survives Holm's correction."""
     return (" **" if diff.get("separated") else "") + (" †" if diff.get("holm") else "")
+
+
+def diff_cell(diff: dict[str, Any] | None, digits: int = 3, claim: bool = False) -> str:
+    """A paired difference as 'signed mean ± half-width': '≈ 0', unmarked, where the mean and both ends of its
+    interval round to 0 at ``digits`` (a difference below display precision claims nothing); with ``claim``, then
+    ' **' where the difference is ``claimed`` (separated and large enough, :mod:`collapse_bench.classes`)."""
+    if not diff or diff.get("mean") is None:
+        return "—"
+    ends = [diff["mean"]] + [diff[k] for k in ("lo", "hi") if diff.get(k) is not None]
+    if all(round(x, digits) == 0 for x in ends):
+        return "≈ 0"
+    cell = f"{diff['mean'] + 0.0:+.{digits}f}"
+    if diff.get("half") is not None:
+        cell += f" ± {diff['half']:.{digits}f}"
+    return cell + (" **" if claim and diff.get("claimed") else "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ import numpy as np
 from rlvr_div.errors import ConfigError
 from rlvr_div.exact import expected_lost_gained, prompt_metrics, sequence_logprobs
 
+# the smallest difference in problems that is called a difference (a crossover, the base ahead): half a problem
+MIN_PROBLEMS = 0.5
 PER_PROMPT = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 
 
@@ -42,6 +45,59 @@ def valid_sets(task: str, rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     if enumerate_valid is None:
         raise ConfigError(f"task {task!r} cannot enumerate its valid completions; it is measured by sampling")
     return [enumerate_valid(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a task says about its prompts beyond validity (``TaskSpec.strategy``, ``TaskSpec.class_column``): per
+    prompt, whether each valid completion takes the minority strategy, and the prompt's class."""
+
+    minority: list[list[bool]] | None = None
+    classes: list[str] | None = None
+
+
+def has_classes(task: str) -> bool:
+    """Whether a task sorts its prompts into classes (``TaskSpec.class_column``)."""
+    from rlvr_div.tasks import get_task_spec
+
+    return get_task_spec(task).class_column is not None
+
+
+def task_structure(task: str, rows: Sequence[dict[str, Any]]) -> Structure | None:
+    """The :class:`Structure` of a task split, None for a task that defines neither strategies nor classes."""
+    from rlvr_div.tasks import get_task_spec
+
+    spec = get_task_spec(task)
+    if spec.strategy is None and spec.class_column is None:
+        return None
+    minority = None
+    if spec.strategy is not None and spec.minority_strategy is not None:
+        minority = [[spec.strategy(y) == spec.minority_strategy for y in ys] for ys in valid_sets(task, rows)]
+    classes = [str(r[spec.class_column]) for r in rows] if spec.class_column else None
+    return Structure(minority, classes)
+
+
+def minority_share(logps: Sequence[float], flags: Sequence[bool]) -> float:
+    """π(minority strategy | valid) = Σ_{y valid, minority} π(y) / Σ_{y valid} π(y), from log π(y) of the valid y."""
+    lp = np.asarray(logps, float)
+    w = np.exp(lp - lp.max())
+    return float(w[np.asarray(flags, bool)].sum() / w.sum())
+
+
+def class_summary(
+    mu: Sequence[float], base_mu: Sequence[float], share: Sequence[float] | None, ks: Sequence[int]
+) -> dict[str, Any]:
+    """One class of prompts: mean validity, pass@k, the minority strategy's share (when known), and the expected
+    problems lost and gained against the base at every k (expected counts, :func:`expected_lost_gained`)."""
+    n = len(mu)
+    out: dict[str, Any] = {"problems": n, "mu": float(np.mean(mu))}
+    out["pass_at"] = {str(k): float(np.mean([-math.expm1(k * math.log1p(-min(m, 1 - 1e-16))) for m in mu])) for k in ks}
+    if share is not None:
+        out["minority_share"] = float(np.mean(share))
+    out["lost_at"], out["gained_at"] = {}, {}
+    for k in ks:
+        out["lost_at"][str(k)], out["gained_at"][str(k)] = expected_lost_gained(base_mu, mu, k)
+    return out
 
 
 def package_dir(name: str) -> str:
@@ -88,8 +144,11 @@ def summarise(
     logps: Sequence[Sequence[float]],
     base_logps: Sequence[Sequence[float]],
     ks: Sequence[int],
+    structure: Structure | None = None,
 ) -> dict[str, Any]:
-    """Per-prompt exact numbers and their means over prompts; lost/gained against the base at every k."""
+    """Per-prompt exact numbers and their means over prompts; lost/gained against the base at every k. With a
+    ``structure``: the minority strategy's share of the valid mass per prompt (``minority_share``, the base's
+    ``base_minority_share``) and a :func:`class_summary` per prompt class (``by_class``)."""
     from rlvr_div.exact import ExactPrompt
 
     rows = [
@@ -105,26 +164,59 @@ def summarise(
         lost, gained = expected_lost_gained(base_mu, mu, k)
         mean["lost_at"][str(k)], mean["gained_at"][str(k)] = lost, gained
     base_pass = {str(k): float(np.mean([-math.expm1(k * math.log1p(-min(b, 1 - 1e-16))) for b in base_mu])) for k in ks}
-    # the crossover: the smallest k at which the base overtakes a model that leads it at k = 1 (None: it never does;
-    # a model that does not lead at k = 1 has no crossover, flagged by base_ahead_at_1)
     mean["base_ahead_at_1"] = base_pass["1"] >= mean["pass_at"]["1"] if "1" in base_pass else None
-    mean["crossover_k"] = (
-        None if mean["base_ahead_at_1"] else next((k for k in ks if base_pass[str(k)] > mean["pass_at"][str(k)]), None)
-    )
+    mean["crossover_k"] = crossover_k(mean, ks)
     mean["problems"] = len(rows)
     per_prompt = {k: [r[k] for r in rows] for k in (*PER_PROMPT, "top_answer")}
+    if structure is not None:
+        share = None
+        if structure.minority is not None:
+            share = [minority_share(lp, f) for lp, f in zip(logps, structure.minority, strict=True)]
+            per_prompt["minority_share"] = share
+            per_prompt["base_minority_share"] = [minority_share(b, f) for b, f in zip(base_logps, structure.minority)]
+            mean["minority_share"] = float(np.mean(share))
+            mean["base_minority_share"] = float(np.mean(per_prompt["base_minority_share"]))
+        if structure.classes is not None:
+            mean["by_class"] = {}
+            for c in dict.fromkeys(structure.classes):
+                idx = [i for i, x in enumerate(structure.classes) if x == c]
+                mean["by_class"][c] = class_summary(
+                    [mu[i] for i in idx], [base_mu[i] for i in idx], None if share is None else [share[i] for i in idx],
+                    ks,
+                )  # fmt: skip
     return {"mean": mean, "per_prompt": per_prompt}
 
 
+def crossover_k(mean: dict[str, Any], ks: Sequence[int], min_problems: float = MIN_PROBLEMS) -> int | None:
+    """The smallest k at which the base overtakes a model that leads it at k = 1 by at least ``min_problems``
+    problems: lost@k − gained@k ≥ min_problems (expected counts, whose difference is the number of problems by which
+    the base's pass@k exceeds the model's); None: it never does so, or the model does not lead at k = 1 (flagged by
+    ``base_ahead_at_1``). A crossover of a hundredth of a problem is not a crossover."""
+    if mean.get("base_ahead_at_1"):
+        return None
+    lost, gained = mean.get("lost_at") or {}, mean.get("gained_at") or {}
+    return next((k for k in ks if str(k) in lost and lost[str(k)] - gained[str(k)] >= min_problems), None)
+
+
 def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
-    """The numbers a training path records at each of its points: validity, the exact diversity and cov@K."""
-    return {
+    """The numbers a training path records at each of its points: validity, the exact diversity and cov@K; with a
+    task structure also the minority strategy's share and, per prompt class c, ``mu_<c>``, ``pass_kmax_<c>`` and
+    ``minority_share_<c>``."""
+    point = {
         "mu": mean["mu"],
         "effective_answers": mean["effective_answers"],
         "kl_pstar": mean["kl_pstar"],
         "kl_uniform": mean.get("kl_uniform"),  # results written before it was measured lack it
         "cov_at_kmax": mean["cov_at"][str(kmax)],
     }
+    if "minority_share" in mean:
+        point["minority_share"] = mean["minority_share"]
+    for c, entry in (mean.get("by_class") or {}).items():
+        point[f"mu_{c}"] = entry["mu"]
+        point[f"pass_kmax_{c}"] = entry["pass_at"][str(kmax)]
+        if "minority_share" in entry:
+            point[f"minority_share_{c}"] = entry["minority_share"]
+    return point
 
 
 def exact_trajectory(
@@ -138,13 +230,15 @@ def exact_trajectory(
     stop: Callable[[list[dict[str, Any]]], bool] | None = None,
     append_eos: bool = True,
     batch_size: int = 512,
+    structure: Structure | None = None,
 ) -> Any:
     """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
     answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
     last, and appends ``{"step": t, **trajectory_point}`` to ``sink``: the run's own path from the base to where it
     ends, against which another run's end point is compared at the same validity. ``stop(sink)`` True after a point
     ends training there (a plateau criterion). ``append_eos`` False: the valid strings carry their own end
-    (``TaskSpec.ends_with_eos``)."""
+    (``TaskSpec.ends_with_eos``). ``structure``: the prompts' :class:`Structure`, whose numbers the points then
+    carry too."""
     import torch
     from transformers import TrainerCallback
 
@@ -159,7 +253,7 @@ def exact_trajectory(
             with torch.no_grad():
                 logps = sequence_logprobs(model, processing_class, prompts, valid, temperature, batch_size, append_eos)
             model.train(was_training)
-            mean = summarise(prompts, valid, logps, base_logps, ks)["mean"]
+            mean = summarise(prompts, valid, logps, base_logps, ks, structure)["mean"]
             sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})
             if stop is not None and stop(sink):
                 control.should_training_stop = True

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from collapse_bench.measure import MIN_PROBLEMS
 from collapse_bench.stats import mean_ci
 
 # base validity A(x): hard, middle, near-perfect (8 of 8 correct with probability ≥ 0.66 at A ≥ 0.95)
@@ -30,11 +31,14 @@ def versus_base(
     reps: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    min_problems: float = MIN_PROBLEMS,
 ) -> dict[str, dict[str, Any]]:
-    """Δ pass@k = mean over seeds s and prompts x of pass@k(μ_s(x)) − pass@k(A(x)), for each k, with a percentile
-    interval from a two-level bootstrap that resamples seeds and, independently, prompts (so the interval carries
-    the prompt sampling of the split as well as the training seeds). ``separated``: the interval excludes 0
-    (positive: the method ahead of the base at that k; negative: the base ahead)."""
+    """Δ pass@k = mean over seeds s and prompts x of pass@k(μ_s(x)) − pass@k(A(x)), for each k, with an interval
+    that cannot be narrower than either of two: a two-level percentile bootstrap that resamples seeds and,
+    independently, prompts (the prompt sampling of the split), and the Student-t interval over the seeds' prompt
+    means (a percentile bootstrap over a handful of seeds alone is too narrow). ``separated``: the interval excludes 0
+    **and** the difference is at least ``min_problems`` problems (|Δ| · prompts; positive: the method ahead of the
+    base at that k; negative: the base ahead)."""
     seeds = sorted(per_seed_mu)
     if not seeds:
         return {}
@@ -51,11 +55,16 @@ def versus_base(
         resampled = np.take_along_axis(d[s_idx], p_idx[:, None, :], axis=2)  # (reps, S, P): seeds, then prompts
         boots = resampled.mean(axis=(1, 2))
         lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
+        t = mean_ci(d.mean(axis=1).tolist(), level)
+        if t["lo"] is not None:
+            lo, hi = min(lo, t["lo"]), max(hi, t["hi"])
+        problems = float(d.mean()) * mu.shape[1]
         out[str(k)] = {
             "mean": float(d.mean()),
             "lo": float(lo),
             "hi": float(hi),
-            "separated": bool(lo > 0 or hi < 0),
+            "problems": problems,
+            "separated": bool((lo > 0 or hi < 0) and abs(problems) >= min_problems),
             "n_seeds": len(seeds),
             "n_prompts": int(mu.shape[1]),
         }

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.class_report import class_lines, primary_lines, write_class_plots
 from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
 from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _pm
@@ -44,7 +45,15 @@ def _crossover(ci: dict[str, Any], seeds: int) -> str:
 
 def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
     multi = multi_answer(entry, split)
-    header = ["method", "value", "pass@1 (μ)", f"pass@{kmax}", f"lost@{kmax}", f"gained@{kmax}", "crossover k"]
+    header = [
+        "method",
+        "value",
+        "pass@1 (μ)",
+        f"pass@{kmax}",
+        f"lost@{kmax}",
+        f"gained@{kmax}",
+        "crossover k (base ahead by ≥ ½ problem)",
+    ]
     if multi:
         header += [f"cov@{kmax}", "eff. answers", "KL(p*‖π_v)", "KL(u‖π_v)", f"distinct@{kmax}", "n90", "cov90"]
     base = entry["base"].get(split, {})
@@ -246,6 +255,7 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             fig.savefig(path, dpi=110, bbox_inches="tight")
             plt.close(fig)
             paths.append(path)
+        paths += write_class_plots(name, entry, split, agg["ks"], out)
     if "beta_sweep" in agg:
         paths.append(_sweep_plot(agg, out, toy, base_mu, plt))
     return paths
@@ -387,8 +397,9 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                 f"### Against the untrained base at every k ({split} split)",
                 "",
                 "Δ pass@k = mean over seeds and prompts of pass@k(method) − pass@k(base), exact per prompt; "
-                "the 95% interval is a bootstrap that resamples seeds and prompts, so it includes the prompt "
-                "sampling of the split (** = it excludes 0; a negative Δ is the base ahead):",
+                "the 95% interval is the wider of a bootstrap that resamples seeds and prompts (the prompt "
+                "sampling of the split) and the t-interval over the seeds' means (** = it excludes 0 and |Δ| is at "
+                "least half a problem; '≈ 0' = 0 at display precision; a negative Δ is the base ahead):",
                 "",
             ]
             lines += versus  # fmt: skip
@@ -405,6 +416,10 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     "",
                 ]
                 lines += table  # fmt: skip
+        classes = class_lines(entry, split, kmax)
+        if classes:
+            lines += ["", *primary_lines(entry), "", *classes]
+            lines += ["", f"![problems lost by class](lost_{name}.png)", "", f"![minority share](minority_{name}.png)"]
         lines += ["", f"![Pareto](pareto_{name}.png)"]
         if multi_answer(entry, split):
             lines += ["", f"![frontier](frontier_{name}.png)"]

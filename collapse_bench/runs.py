@@ -35,11 +35,13 @@ from typing import Any
 
 from collapse_bench.measure import (
     exact_trajectory,
+    has_classes,
     is_enumerable,
     logprobs_of,
     sampled_summary,
     split_rows,
     summarise,
+    task_structure,
     trajectory_point,
     valid_sets,
 )
@@ -141,13 +143,13 @@ def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
             rows = split_rows(task.task, split, task.task_options)
             if is_enumerable(task.task):
                 logps = logprobs_of(resolve_model(bench.model), task.task, rows, temperature)
+                prompts, valid = [r["prompt"] for r in rows], valid_sets(task.task, rows)
+                structure = task_structure(task.task, rows)
                 data["splits"][split] = {
-                    "prompts": [r["prompt"] for r in rows],
-                    "valid": valid_sets(task.task, rows),
+                    "prompts": prompts,
+                    "valid": valid,
                     "logps": logps,
-                    "summary": summarise(
-                        [r["prompt"] for r in rows], valid_sets(task.task, rows), logps, logps, bench.evaluation.ks
-                    ),  # fmt: skip
+                    "summary": summarise(prompts, valid, logps, logps, bench.evaluation.ks, structure),
                 }
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, data)
@@ -254,11 +256,18 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     trajectory: list[dict[str, Any]] = []
     callbacks = []
     every = bench.trajectory_every(run.task)
-    if "train" in base.get("splits", {}) and every:
-        b = base["splits"]["train"]
-        trajectory.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(bench.evaluation.ks))})
+    held_out: list[dict[str, Any]] = []  # a task with prompt classes: the report split's path too, class by class
+    paths = {"train": trajectory}
+    if has_classes(task.task):
+        paths[bench.evaluation.report_on] = held_out
+    for split, sink in paths.items():
+        if split not in base.get("splits", {}) or not every:
+            continue
+        b = base["splits"][split]
+        structure = task_structure(task.task, split_rows(task.task, split, task.task_options))
+        sink.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(bench.evaluation.ks))})
         callbacks.append(exact_trajectory(b["prompts"], b["valid"], b["logps"], bench.evaluation.ks, every,
-                                          temperature, trajectory))  # fmt: skip
+                                          temperature, sink, structure=structure))  # fmt: skip
     code = train(argv, callbacks=callbacks)
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")
@@ -271,7 +280,9 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
             if b["prompts"] != [r["prompt"] for r in rows]:
                 raise RuntimeError(f"the base measurement of {run.task}/{split} is for other prompts")
             logps = logprobs_of(str(directory), task.task, rows, temperature)
-            measured[split] = summarise(b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks)
+            measured[split] = summarise(
+                b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks, task_structure(task.task, rows)
+            )
         else:
             measured[split] = sampled_summary(
                 str(directory), bench.model, task.task, split, task.task_options, directory / f"eval_{split}",
@@ -285,6 +296,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
         "fingerprint": model_fingerprint(str(directory)),
         "train": training_summary(directory / "metrics.jsonl"),
         "trajectory": trajectory,  # the training prompts measured exactly along the run (step 0: the base)
+        **({"trajectory_held_out": held_out} if held_out else {}),  # the report split's path, per prompt class
         "train_wall_seconds": train_seconds,
         "wall_seconds": time.perf_counter() - t0,
         "splits": measured,

@@ -36,11 +36,15 @@ TOP_KEYS = {
     "methods",
     "beta_sweep",
     "baseline",
+    "primary",
 }
 TASK_KEYS = {"name", "task", "task_options", "overrides", "methods", "rehearsal", "trajectory_every"}
 METHOD_KEYS = {"name", "label", "recipe", "overrides", "tune", "rehearsal"}
 SWEEP_KEYS = {"task", "betas", "methods", "key", "points"}
 EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "n", "trajectory_every"}
+PRIMARY_KEYS = {"task", "split", "class", "metric", "k", "min_difference", "alpha"}
+# the per-class numbers a primary comparison can be made on (``collapse_bench.classes``): curves need a k
+PRIMARY_METRICS = {"lost_at": True, "gained_at": True, "pass_at": True, "mu": False, "minority_share": False}
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,25 @@ class BetaSweep:
 
 
 @dataclass(frozen=True)
+class Primary:
+    """A study's primary comparison, written in its config before the runs: every method against the baseline,
+    seed by seed, on one per-class number (``metric`` at ``k`` on class ``cls`` of ``split``), with Holm's
+    correction at ``alpha`` over that family; a difference smaller than ``min_difference`` is not claimed."""
+
+    task: str
+    split: str
+    cls: str
+    metric: str
+    k: int | None
+    min_difference: float
+    alpha: float = 0.05
+
+    def describe(self) -> dict[str, Any]:
+        return {"task": self.task, "split": self.split, "class": self.cls, "metric": self.metric, "k": self.k,
+                "min_difference": self.min_difference, "alpha": self.alpha}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Evaluation:
     ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     splits: tuple[str, ...] = ("train", "validation", "test")
@@ -109,6 +132,7 @@ class Benchmark:
     baseline: str
     beta_sweep: BetaSweep | None
     root: str  # the directory recipe paths are relative to
+    primary: Primary | None = None
 
     def method(self, name: str) -> Method:
         return next(m for m in self.methods if m.name == name)
@@ -262,6 +286,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         if bad:
             raise ConfigError(f"beta_sweep.points: unknown method {bad[0]!r}")
         sweep = BetaSweep(s["task"], betas, tuple(s["methods"]), key, points)
+    primary = _primary(raw.get("primary"), tasks, evaluation) if raw.get("primary") is not None else None
     return Benchmark(
         model=str(raw.get("model", "tiny")),
         seeds=tuple(seeds),
@@ -275,7 +300,40 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         baseline=baseline,
         beta_sweep=sweep,
         root=str(root),
+        primary=primary,
     )
+
+
+def _primary(raw: Any, tasks: list[Task], evaluation: Evaluation) -> Primary:
+    """The checked ``primary`` section (one line per problem)."""
+    p = checked_mapping(raw, "primary", PRIMARY_KEYS)
+    missing = sorted({"task", "split", "class", "metric", "min_difference"} - set(p))
+    if missing:
+        raise ConfigError(f"primary needs {missing[0]!r}")
+    task = next((t for t in tasks if t.name == p["task"]), None)
+    if task is None:
+        raise ConfigError(f"primary.task {p['task']!r} is not one of the tasks")
+    from rlvr_div.tasks import get_task_spec
+
+    if get_task_spec(task.task).class_column is None:
+        raise ConfigError(f"primary.task {p['task']!r}: task {task.task!r} has no prompt classes to compare on")
+    if p["split"] not in evaluation.splits:
+        raise ConfigError(f"primary.split {p['split']!r} is not one of the splits {list(evaluation.splits)}")
+    if p["metric"] not in PRIMARY_METRICS:
+        raise ConfigError(f"primary.metric {p['metric']!r} is not one of {', '.join(PRIMARY_METRICS)}")
+    k = p.get("k")
+    if PRIMARY_METRICS[p["metric"]] and k not in evaluation.ks:
+        raise ConfigError(f"primary.k {k!r} is not one of evaluation.ks {list(evaluation.ks)}")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool)
+
+    min_difference, alpha = p["min_difference"], p.get("alpha", 0.05)
+    if not number(min_difference) or min_difference < 0:
+        raise ConfigError(f"primary.min_difference must be a number >= 0, got {min_difference!r}")
+    if not number(alpha) or not 0 < alpha < 1:
+        raise ConfigError(f"primary.alpha must be a number in (0, 1), got {alpha!r}")
+    return Primary(task.name, p["split"], str(p["class"]), p["metric"], k, float(min_difference), float(alpha))
 
 
 def _check_every(value: Any, where: str) -> None:

@@ -100,6 +100,7 @@ class TinySpec:
 TINY_BASES: dict[str, TinySpec] = {
     TINY_NAME: TinySpec(),
     "tiny2": TinySpec(tasks=("carry", "skewsum"), steps=4000, version=3),
+    "tiny3": TinySpec(tasks=("routes",), steps=4000, version=4),
 }
 
 

@@ -11,6 +11,8 @@ from rlvr_div.rewards.base import Reward
 # canonical numbers only (no sign, no leading zero, no spaces): the valid set of a prompt is finite and enumerable
 _INT = re.compile(r"0|[1-9]\d*")
 _PAIR = re.compile(r"(0|[1-9]\d*)\+(0|[1-9]\d*)")
+# a strategy and its work, then the answer: "d<answer>" or "c<one digit>;<answer>" (rlvr_div.tasks.routes)
+_ROUTE = re.compile(r"(?:d|c\d;)(0|[1-9]\d*)")
 
 
 class ArithExact(Reward):
@@ -46,5 +48,21 @@ class PairSum(Reward):
         return out
 
 
+class RouteAnswer(Reward):
+    """1 when the completion is ``d<answer>`` or ``c<digit>;<answer>`` with the final answer the integer in column
+    ``answer``: the form and the answer are checked, the work digit is not."""
+
+    name = "route_answer"
+    columns = ("answer",)
+
+    def extract(self, completion: str) -> str | None:
+        match = _ROUTE.fullmatch(completion)
+        return match.group(1) if match else None
+
+    def score(self, completions: Sequence[str], answer: Sequence[str]) -> list[float | None]:
+        return [float(self.extract(c) == str(a).strip()) for c, a in zip(completions, answer)]
+
+
 REWARDS.add("arith_exact", ArithExact)
 REWARDS.add("pair_sum", PairSum)
+REWARDS.add("route_answer", RouteAnswer)

@@ -21,6 +21,7 @@ TASKS: Registry[TaskSpec] = Registry(
         "rlvr_div.tasks.synthetic",
         "rlvr_div.tasks.skewsum",
         "rlvr_div.tasks.carry",
+        "rlvr_div.tasks.routes",
         "rlvr_div.tasks.between",
         "rlvr_div.tasks.math",
         "rlvr_div.tasks.spider",

@@ -22,7 +22,10 @@ class TaskSpec:
     without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows.
     ``corpus(rng) -> (prompt, completion)``, for the tasks the built-in tiny bases are pretrained on
     (:mod:`rlvr_div.tiny_base`), draws one pretraining example. ``one_answer``: every prompt has exactly one valid
-    completion under ``reward`` (settings that act only between several valid answers are refused on it)."""
+    completion under ``reward`` (settings that act only between several valid answers are refused on it).
+    ``strategy(completion) -> str | None`` names the strategy a completion takes, for tasks whose answers are reached
+    by several (the benchmark then tracks the valid mass of ``minority_strategy``); ``class_column`` names the row
+    column that sorts prompts into classes, reported one by one (e.g. a class training never shows)."""
 
     name: str
     build: Callable[..., datasets.Dataset]
@@ -34,4 +37,7 @@ class TaskSpec:
     ends_with_eos: bool = True
     corpus: Callable[[random.Random], tuple[str, str]] | None = None
     one_answer: bool = False  # every prompt has exactly one valid completion under the task's own reward
+    strategy: Callable[[str], str | None] | None = None
+    minority_strategy: str | None = None
+    class_column: str | None = None
     options: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,142 @@
+"""The collapse report's section for a task with prompt classes (:mod:`collapse_bench.classes`): the primary
+comparison as the config wrote it, each method's numbers per class, problems lost against the baseline per class,
+and two plots (problems lost against the base at every k, per class; the minority strategy's share along training on
+the held-out prompts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from collapse_bench.markdown import diff_cell, table
+from collapse_bench.markdown import pm as _pm
+
+MARKERS = "osD^v<>pPhX*"
+
+
+def primary_lines(entry: dict[str, Any]) -> list[str]:
+    """The primary comparison: its definition from the config, then one row per method."""
+    primary = entry.get("primary")
+    if not primary:
+        return []
+    spec = primary["spec"]
+    what = f"{spec['metric']}" + (f" at k = {spec['k']}" if spec.get("k") is not None else "")
+    lines = [
+        "### The primary comparison (written in the config before the runs)",
+        "",
+        f"Each method minus the baseline, seed by seed, on {what} of class `{spec['class']}` of the {spec['split']} "
+        f"split (mean ± 95% t-interval over seeds; p: paired t-test; Holm over the family of {primary['family']} "
+        f"methods at α = {spec['alpha']}). A difference is claimed only where the interval excludes 0, it "
+        f"survives Holm, and its size is at least {spec['min_difference']:g}:",
+        "",
+    ]
+    rows = []
+    for name, diff in primary["rows"].items():
+        label = entry["methods"][name]["label"]
+        p = "—" if diff.get("p") is None else f"{diff['p']:.2g}"
+        rows.append([label, diff_cell(diff, 2), p, "yes" if diff.get("holm") else "no",
+                     "**yes**" if diff.get("claimed") else "no"])  # fmt: skip
+    return lines + table(["method − baseline", "Δ", "p", "Holm", "claimed"], rows)
+
+
+def class_lines(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
+    """Per method and class on ``split``: validity, the minority share, pass@K, problems lost and gained against
+    the base at K, and problems lost against the baseline's (paired by seed)."""
+    base = entry.get("base_by_class", {}).get(split) or {}
+    classes = list(base)
+    if not classes:
+        return []
+    header = ["method"]
+    for c in classes:
+        header += [f"μ ({c})", f"minority share ({c})", f"pass@{kmax} ({c})", f"lost@{kmax} ({c})",
+                   f"gained@{kmax} ({c})", f"Δ lost@{kmax} vs baseline ({c})"]  # fmt: skip
+    row = ["base"]
+    for c in classes:
+        b = base[c]
+        share = b.get("minority_share")
+        row += [f"{b['mu']:.3f}", "—" if share is None else f"{share:.3f}", f"{b['pass_at'][str(kmax)]:.3f}", "0", "0",
+                "—"]  # fmt: skip
+    rows = [row]
+    for m in entry["methods"].values():
+        by_class = (m.get("by_class") or {}).get(split)
+        if not by_class:
+            continue
+        row = [m["label"]]
+        versus = (m.get("lost_vs_baseline") or {}).get(split) or {}
+        for c in classes:
+            e = by_class.get(c) or {}
+            diff = (versus.get(c) or {}).get(str(kmax))
+            row += [_pm(e.get("mu")), _pm(e.get("minority_share")), _pm(e.get("pass_at", {}).get(str(kmax))),
+                    _pm(e.get("lost_at", {}).get(str(kmax)), 2), _pm(e.get("gained_at", {}).get(str(kmax)), 2),
+                    "—" if diff is None else diff_cell(diff, 2, claim=True)]  # fmt: skip
+        rows.append(row)
+    problems = ", ".join(f"{base[c]['problems']} {c}" for c in classes)
+    return [
+        f"### By prompt class ({split} split: {problems} prompts)",
+        "",
+        "Exact per class, mean ± 95% t-interval over seeds. The minority share is π(minority strategy | valid); "
+        f"lost@{kmax} and gained@{kmax} are the expected numbers of problems the base solves in {kmax} draws and the "
+        f"model does not (and the reverse). Δ lost is the model's problems lost minus the baseline's, paired by seed "
+        f"(** = the interval excludes 0 and |Δ| ≥ {entry.get('min_difference', 0.5):g} problems; '≈ 0' = below "
+        "display precision):",
+        "",
+        *table(header, rows),
+    ]
+
+
+def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int], out: Path) -> list[Path]:
+    """``lost_<task>.png`` (expected problems lost against the base at every k, per class, mean ± 95% CI over seeds)
+    and ``minority_<task>.png`` (the minority strategy's share on the held-out prompts of each class along
+    training)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = list(entry.get("base_by_class", {}).get(split) or {})
+    if not classes:
+        return []
+    paths = []
+    fig, axes = plt.subplots(1, len(classes), figsize=(6.2 * len(classes), 4.6), squeeze=False)
+    for ax, c in zip(axes[0], classes):
+        for i, m in enumerate(entry["methods"].values()):
+            e = ((m.get("by_class") or {}).get(split) or {}).get(c)
+            if not e:
+                continue
+            mean = [e["lost_at"][str(k)]["mean"] for k in ks]
+            half = [e["lost_at"][str(k)].get("half") or 0.0 for k in ks]
+            ax.errorbar(ks, mean, yerr=half, fmt="-" + MARKERS[i % len(MARKERS)], ms=4, capsize=2, lw=1,
+                        color=plt.cm.tab20(i % 20), label=m["label"])  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k (samples per problem)")
+        ax.set_ylabel(f"problems lost against the base (of {entry['base_by_class'][split][c]['problems']})")
+        ax.set_title(f"{name}: class '{c}', {split} split (mean ± 95% CI over seeds)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    path = out / f"lost_{name}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    paths.append(path)
+    keys = [f"minority_share_{c}" for c in classes]
+    if any((m.get("held_out_path") or {}).get(k) for m in entry["methods"].values() for k in keys):
+        fig, axes = plt.subplots(1, len(classes), figsize=(6.2 * len(classes), 4.6), squeeze=False)
+        for ax, c, key in zip(axes[0], classes, keys):
+            for i, m in enumerate(entry["methods"].values()):
+                path_points = (m.get("held_out_path") or {}).get(key) or []
+                if not path_points:
+                    continue
+                steps, means = [p["step"] for p in path_points], [p["mean"] for p in path_points]
+                style = "-" + MARKERS[i % len(MARKERS)]
+                ax.plot(steps, means, style, ms=3, lw=1, color=plt.cm.tab20(i % 20), label=m["label"])
+            ax.set_xlabel("training step")
+            ax.set_ylabel("π(minority strategy | valid) (exact)")
+            ax.set_title(f"{name}: class '{c}', {split} split (mean over seeds)", fontsize=9)
+            ax.grid(alpha=0.3)
+        axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        path = out / f"minority_{name}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
