@@ -272,7 +272,7 @@ def by_class(entry: dict[str, Any], bench: Benchmark, task: str) -> None:
     on every split, each method's problems lost against the baseline's seed by seed, the held-out path of the
     minority share and pass@K per class, and the study's primary comparison where it is on this task."""
     ks = list(bench.evaluation.ks)
-    primary = bench.primary if bench.primary is not None and bench.primary.task == task else None
+    primary = bench.primary if bench.primary is not None and bench.primary.task in (task, "*") else None
     min_difference = primary.min_difference if primary is not None else MIN_PROBLEMS
     entry["min_difference"] = min_difference
     splits = list(bench.evaluation.splits)

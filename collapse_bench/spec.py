@@ -90,8 +90,9 @@ class BetaSweep:
 @dataclass(frozen=True)
 class Primary:
     """A study's primary comparison, written in its config before the runs: every method against the baseline,
-    seed by seed, on one per-class number (``metric`` at ``k`` on class ``cls`` of ``split``), with Holm's
-    correction at ``alpha`` over that family; a difference smaller than ``min_difference`` is not claimed."""
+    seed by seed, on one per-class number (``metric`` at ``k`` on class ``cls`` of ``split``) of ``task`` (``*``:
+    of each task, e.g. the settings of a robustness block, each its own family), with Holm's correction at ``alpha``
+    over that family; a difference smaller than ``min_difference`` is not claimed."""
 
     task: str
     split: str
@@ -310,13 +311,14 @@ def _primary(raw: Any, tasks: list[Task], evaluation: Evaluation) -> Primary:
     missing = sorted({"task", "split", "class", "metric", "min_difference"} - set(p))
     if missing:
         raise ConfigError(f"primary needs {missing[0]!r}")
-    task = next((t for t in tasks if t.name == p["task"]), None)
-    if task is None:
-        raise ConfigError(f"primary.task {p['task']!r} is not one of the tasks")
     from rlvr_div.tasks import get_task_spec
 
-    if get_task_spec(task.task).class_column is None:
-        raise ConfigError(f"primary.task {p['task']!r}: task {task.task!r} has no prompt classes to compare on")
+    chosen = tasks if p["task"] == "*" else [t for t in tasks if t.name == p["task"]]
+    if not chosen:
+        raise ConfigError(f"primary.task {p['task']!r} is not one of the tasks (or '*' for each of them)")
+    for task in chosen:
+        if get_task_spec(task.task).class_column is None:
+            raise ConfigError(f"primary.task {p['task']!r}: task {task.task!r} has no prompt classes to compare on")
     if p["split"] not in evaluation.splits:
         raise ConfigError(f"primary.split {p['split']!r} is not one of the splits {list(evaluation.splits)}")
     if p["metric"] not in PRIMARY_METRICS:
@@ -333,7 +335,7 @@ def _primary(raw: Any, tasks: list[Task], evaluation: Evaluation) -> Primary:
         raise ConfigError(f"primary.min_difference must be a number >= 0, got {min_difference!r}")
     if not number(alpha) or not 0 < alpha < 1:
         raise ConfigError(f"primary.alpha must be a number in (0, 1), got {alpha!r}")
-    return Primary(task.name, p["split"], str(p["class"]), p["metric"], k, float(min_difference), float(alpha))
+    return Primary(str(p["task"]), p["split"], str(p["class"]), p["metric"], k, float(min_difference), float(alpha))
 
 
 def _check_every(value: Any, where: str) -> None:

@@ -68,6 +68,7 @@ OPEN_UNIT = Range(0, 1, low_open=True, high_open=True)  # (0, 1)
 RANGES: dict[str, Range] = {
     # optimisation
     "learning_rate": POSITIVE,
+    "beta": NON_NEGATIVE,  # TRL's KL coefficient, in every trainer (a negative one rewards moving away from the base)
     "num_train_epochs": POSITIVE,
     "weight_decay": NON_NEGATIVE,
     "max_grad_norm": NON_NEGATIVE,

@@ -179,15 +179,36 @@ def recipe_from_resolved(resolved: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if not (isinstance(v, str) and v.startswith("<") and v.endswith("TOKEN>"))}
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a mapping key given twice (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """A YAML file that must hold a mapping (a recipe, a benchmark config): one-line :class:`ConfigError` for a
     missing file, invalid YAML or anything but a mapping."""
     if not path.is_file():
         raise ConfigError(f"{what} file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except _DuplicateKey as e:
+        raise ConfigError(
+            f"{what} {str(path)!r} sets key {e.args[0]!r} twice (YAML would keep the last silently)"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {str(path)!r} must be a YAML mapping of keys to values")
     return data

@@ -108,3 +108,9 @@ def test_the_routes_grid_states_its_primary_comparison():
     assert max(bench.evaluation.ks) == 256 and len(bench.seeds) == 5
     with pytest.raises(ConfigError, match="has no prompt classes"):
         load_benchmark(REPO / "bench" / "collapse.yaml", {"primary": {**bench.primary.describe(), "task": "carry"}})
+
+
+def test_a_robustness_block_has_one_primary_family_per_setting():
+    bench = load_benchmark(REPO / "bench" / "collapse_routes_robust.yaml")
+    assert bench.primary.task == "*" and len(bench.tasks) == 5
+    assert {t.task for t in bench.tasks} == {"routes"} and bench.primary.k == 64

@@ -14,3 +14,22 @@ def test_too_few_prompts_for_one_step_is_one_line(tmp_path, no_model_loads):
     ])  # fmt: skip
     with pytest.raises(ConfigError, match="has 12 prompts but one step samples 16 distinct prompts"):
         build_trainer(script, training, model)
+
+
+@pytest.mark.parametrize("value", ["-0.1", "inf"])
+def test_a_negative_or_infinite_beta_is_one_line(tmp_path, value, no_model_loads):
+    """Stock GRPO with a negative KL coefficient would train away from its base; an infinite one fails at step 1."""
+    from rlvr_div.recipe import validate
+
+    script, training, model = parse_recipe(
+        ["--config", "recipes/tiny/grpo.yaml", "--beta", value, "--output_dir", str(tmp_path / "o")]
+    )
+    with pytest.raises(ConfigError, match=f"beta={value} is out of range: it must be >= 0"):
+        validate(script, training, model)  # the pre-load checks every trainer runs
+
+
+def test_a_recipe_that_sets_a_key_twice_is_one_line(tmp_path, no_model_loads):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("trainer: grpo\nbeta: 0.1\nlearning_rate: 1.0e-4\nbeta: 0.0\n")
+    with pytest.raises(ConfigError, match="sets key 'beta' twice"):
+        parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path / "o")])
