@@ -57,3 +57,20 @@ def test_finding_3_at_200_steps_the_base_is_ahead_at_32_and_64_not_at_128():
     assert vs["32"]["mean"] < 0 and round(-vs["32"]["problems"], 1) == 0.9 and round(-vs["64"]["problems"], 1) == 0.6
     crossover = grpo["splits"]["test"]["crossover_k"]
     assert crossover["per_seed"] == [16] * 4 and crossover["never"] == 1  # "k = 16 in 4 of the 5 seeds"
+
+
+def test_routes_findings_r1_to_r3():
+    entry = _report("collapse_routes")["tasks"]["routes"]
+
+    def long(name: str) -> dict:
+        return entry["methods"][name]["by_class"]["test"]["long"]
+
+    grpo = long("grpo")
+    assert round(grpo["lost_at"]["64"]["mean"], 1) == 44.5 and round(grpo["mu"]["mean"], 3) == 0.019  # R1
+    claimed = sorted(name for name, d in entry["primary"]["rows"].items() if d["claimed"])
+    assert entry["primary"]["family"] == 21 and len(claimed) == 11  # R2: "claimed ... for 11 cells"
+    assert {"mara_01", "unlikeliness", "reverse_kl_1", "forward_kl_1", "sequence_kl_03", "dph_forward_kl_05", "pkpo",
+            "passk_training", "clip_cov", "alpha_01", "reverse_kl_01"} == set(claimed)  # fmt: skip
+    assert round(long("mara_01")["mu"]["mean"], 3) == 0.952 and round(long("unlikeliness")["mu"]["mean"], 3) == 0.416
+    assert not entry["primary"]["rows"]["alpha_dpg_05"]["claimed"]  # R3
+    assert round(long("alpha_dpg_05")["lost_at"]["64"]["mean"], 1) == 30.4
