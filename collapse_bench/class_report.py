@@ -112,12 +112,7 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
         ax.set_ylabel(f"problems lost against the base (of {entry['base_by_class'][split][c]['problems']})")
         ax.set_title(f"{name}: class '{c}', {split} split (mean ± 95% CI over seeds)", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    path = out / f"lost_{name}.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    paths.append(path)
+    paths.append(_save(fig, axes, out / f"lost_{name}.png", plt))
     keys = [f"minority_share_{c}" for c in classes]
     if any((m.get("held_out_path") or {}).get(k) for m in entry["methods"].values() for k in keys):
         fig, axes = plt.subplots(1, len(classes), figsize=(6.2 * len(classes), 4.6), squeeze=False)
@@ -133,10 +128,14 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
             ax.set_ylabel("π(minority strategy | valid) (exact)")
             ax.set_title(f"{name}: class '{c}', {split} split (mean over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        fig.tight_layout()
-        path = out / f"minority_{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_save(fig, axes, out / f"minority_{name}.png", plt))
     return paths
+
+
+def _save(fig: Any, axes: Any, path: Path, plt: Any) -> Path:
+    """One legend right of the last panel, then the figure written to ``path`` and closed."""
+    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
