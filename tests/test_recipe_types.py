@@ -79,7 +79,8 @@ def test_the_reported_wrong_types_are_one_line(key, value, message, tmp_path, ca
 
 def test_yaml_text_numbers_still_convert(tmp_path):
     """YAML reads `1e-4` as text; the command-line parser converts it, so it is not a wrong type."""
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump(TINY) + "learning_rate: 1e-4\nmax_steps: '3'\n")
+    base = {k: v for k, v in TINY.items() if k not in ("learning_rate", "max_steps")}  # each key once
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(base) + "learning_rate: 1e-4\nmax_steps: '3'\n")
     _, training, _ = parse_recipe(["--config", str(tmp_path / "r.yaml"), "--output_dir", str(tmp_path / "o")])
     assert training.learning_rate == 1e-4 and training.max_steps == 3
 
