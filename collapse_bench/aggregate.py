@@ -186,8 +186,6 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         base_file = out / "base" / f"{task.name}.json"
         base = json.loads(base_file.read_text()) if base_file.is_file() else {"splits": {}}
         entry: dict[str, Any] = {"base": {}, "methods": {}}
-        if has_classes(task.task):
-            entry["_base_splits"] = base["splits"]
         for split, data in base["splits"].items():
             entry["base"][split] = flat_metrics(data["summary"], ks)
         baseline_flat: dict[str, dict[int, dict[str, Any]]] = {}
@@ -249,7 +247,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 for split in bench.evaluation.splits
             }
         if has_classes(task.task):
-            by_class(entry, bench, task.name)
+            by_class(entry, bench, task.name, base["splits"])
         entry["identical_cells"] = identical_cells(
             {
                 name: {s: r["fingerprint"] for s, r in (data.get("_results") or {}).items() if r.get("fingerprint")}
@@ -267,7 +265,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
     return agg
 
 
-def by_class(entry: dict[str, Any], bench: Benchmark, task: str) -> None:
+def by_class(entry: dict[str, Any], bench: Benchmark, task: str, base_splits: dict[str, Any]) -> None:
     """A task with prompt classes (:mod:`collapse_bench.classes`): the base's and every method's numbers per class
     on every split, each method's problems lost against the baseline's seed by seed, the held-out path of the
     minority share and pass@K per class, and the study's primary comparison where it is on this task."""
@@ -276,8 +274,7 @@ def by_class(entry: dict[str, Any], bench: Benchmark, task: str) -> None:
     min_difference = primary.min_difference if primary is not None else MIN_PROBLEMS
     entry["min_difference"] = min_difference
     splits = list(bench.evaluation.splits)
-    base_file_splits = entry.pop("_base_splits", {})
-    entry["base_by_class"] = {sp: base_by_class(base_file_splits[sp]) for sp in splits if sp in base_file_splits}
+    entry["base_by_class"] = {sp: base_by_class(base_splits[sp]) for sp in splits if sp in base_splits}
     results = {name: data.get("_results") or {} for name, data in entry["methods"].items()}
     baseline = results.get(bench.baseline) or {}
     for name, data in entry["methods"].items():

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import logprobs_of, minority_share, split_rows, task_structure
+from collapse_bench.measure import class_indices, logprobs_of, minority_share, split_rows, task_structure
 
 BINS = (0.0, 0.2, 0.5, 0.8, 0.95, 1.0)
 SPLITS = ("train", "validation", "test")
@@ -95,8 +95,7 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int) ->
             )
         structure = task_structure(task, rows)
         classes: dict[str, Any] = {}
-        for c in dict.fromkeys(structure.classes if structure and structure.classes else []):
-            idx = [i for i, x in enumerate(structure.classes) if x == c]
+        for c, idx in class_indices(structure.classes if structure and structure.classes else []).items():
             classes[c] = {
                 "prompts": len(idx),
                 "mean_mu": float(np.mean([mu[i] for i in idx])),

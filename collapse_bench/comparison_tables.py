@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collapse_bench.markdown import below_precision
 from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _cell
 from collapse_bench.markdown import table as _table
@@ -23,10 +24,10 @@ def versus_base_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[
         cells = []
         for k in ks:
             d = by_k[str(k)]
-            mean, lo, hi = (round(d[key], 4) + 0.0 for key in ("mean", "lo", "hi"))  # + 0.0: no "-0.0000"
-            if mean == lo == hi == 0:  # below display precision: claims nothing, marks nothing
+            if below_precision([d["mean"], d["lo"], d["hi"]], 4):
                 cells.append("≈ 0")
                 continue
+            mean, lo, hi = (round(d[key], 4) + 0.0 for key in ("mean", "lo", "hi"))  # + 0.0: no "-0.0000"
             cells.append(f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]" + (" **" if d["separated"] else ""))
         rows.append([m["label"]] + cells)
     if not rows:

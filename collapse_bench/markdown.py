@@ -30,10 +30,14 @@ def diff_cell(diff: dict[str, Any] | None, digits: int = 3, claim: bool = False)
     ' **' where the difference is ``claimed`` (separated and large enough, :mod:`collapse_bench.classes`)."""
     if not diff or diff.get("mean") is None:
         return "—"
-    ends = [diff["mean"]] + [diff[k] for k in ("lo", "hi") if diff.get(k) is not None]
-    if all(round(x, digits) == 0 for x in ends):
+    if below_precision([diff["mean"]] + [diff[k] for k in ("lo", "hi") if diff.get(k) is not None], digits):
         return "≈ 0"
     cell = f"{diff['mean'] + 0.0:+.{digits}f}"
     if diff.get("half") is not None:
         cell += f" ± {diff['half']:.{digits}f}"
     return cell + (" **" if claim and diff.get("claimed") else "")
+
+
+def below_precision(values: list[float], digits: int) -> bool:
+    """Whether a difference and its interval ends all print as 0 at ``digits``: it claims nothing, marks nothing."""
+    return all(round(x, digits) == 0 for x in values)

@@ -77,6 +77,14 @@ def task_structure(task: str, rows: Sequence[dict[str, Any]]) -> Structure | Non
     return Structure(minority, classes)
 
 
+def class_indices(classes: Sequence[str]) -> dict[str, list[int]]:
+    """class → the indices of its prompts, classes in order of first appearance."""
+    out: dict[str, list[int]] = {}
+    for i, c in enumerate(classes):
+        out.setdefault(c, []).append(i)
+    return out
+
+
 def minority_share(logps: Sequence[float], flags: Sequence[bool]) -> float:
     """π(minority strategy | valid) = Σ_{y valid, minority} π(y) / Σ_{y valid} π(y), from log π(y) of the valid y."""
     lp = np.asarray(logps, float)
@@ -178,8 +186,7 @@ def summarise(
             mean["base_minority_share"] = float(np.mean(per_prompt["base_minority_share"]))
         if structure.classes is not None:
             mean["by_class"] = {}
-            for c in dict.fromkeys(structure.classes):
-                idx = [i for i, x in enumerate(structure.classes) if x == c]
+            for c, idx in class_indices(structure.classes).items():
                 mean["by_class"][c] = class_summary(
                     [mu[i] for i in idx], [base_mu[i] for i in idx], None if share is None else [share[i] for i in idx],
                     ks,
