@@ -7,9 +7,10 @@ code, the torch and transformers versions) is the build's *fingerprint* (:func:`
 ``tiny_spec.json``. A cached base whose fingerprint differs from the current one was built by other code: it is
 rebuilt, with one line saying why, so two users of one name cannot hold different models silently.
 
-Two bases have names (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``, and ``tiny2``, the base
-of the collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic
-error mode; a skewed filtered model). :func:`rlvr_div.models.resolve_model` maps these names (and
+The named bases (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``; ``tiny2``, the base of the
+collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic error mode;
+a skewed filtered model); ``tiny3``, pretrained on ``routes`` (two strategies, one of them the only reliable one on a
+held-out class), and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds. :func:`rlvr_div.models.resolve_model` maps these names (and
 ``tiny-<spec hash>``) here.
 """
 
@@ -101,11 +102,14 @@ TINY_BASES: dict[str, TinySpec] = {
     TINY_NAME: TinySpec(),
     "tiny2": TinySpec(tasks=("carry", "skewsum"), steps=4000, version=3),
     "tiny3": TinySpec(tasks=("routes",), steps=4000, version=4),
+    # ``tiny3`` from two more pretraining seeds (initialisation and corpus order): the routes study's robustness block.
+    "tiny3-seed1": TinySpec(seed=1, tasks=("routes",), steps=4000, version=4),
+    "tiny3-seed2": TinySpec(seed=2, tasks=("routes",), steps=4000, version=4),
 }
 
 
 def tiny_spec(name: str) -> TinySpec | None:
-    """The spec of a named tiny base (``tiny``, ``tiny2``), else None."""
+    """The spec of a named tiny base (a key of :data:`TINY_BASES`), else None."""
     return TINY_BASES.get(name)
 
 
