@@ -15,10 +15,13 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
 
 SPLITS = ("train", "test")
-KINDS = ("sampled", "exact", "point")
+KINDS = ("sampled", "exact", "anneal", "point")
+DTYPES = ("float32", "float64")
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
-            "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms"}  # fmt: skip
-ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas"}
+            "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
+            "reached_kl"}  # fmt: skip
+ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas",
+            "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
 
 
@@ -40,13 +43,17 @@ class Convergence:
 class Arm:
     name: str
     label: str
-    kind: str  # sampled | exact | point
+    kind: str  # sampled | exact | anneal | point
     recipe: str | None = None  # sampled and point arms
     key: str | None = None  # the recipe key that β sets (sampled arms)
     overrides: dict[str, Any] = field(default_factory=dict)
-    learning_rate: float | None = None  # exact arm: Adam's learning rate (default: the common one)
-    max_steps: int | None = None  # exact arm (default: the common one)
+    learning_rate: float | None = None  # exact and anneal arms: Adam's (peak) learning rate (default: the common one)
+    max_steps: int | None = None  # exact arm; anneal arm: the steps at each β (default: the common one)
     betas: tuple[float, ...] | None = None  # this arm's β values (default: the study's)
+    # anneal arm only (None elsewhere, and then not part of a run's identity)
+    final_learning_rate: float | None = None  # the cosine decay's end at each β
+    dtype: str | None = None  # float32 | float64: the policy's parameters
+    perturbation: float | None = None  # start: base weights + perturbation·rms(w)·N(0, 1), per tensor, from the seed
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Study:
     prompts: dict[str, int] = field(default_factory=dict)  # split -> the first n prompts measured (default: all)
     samples: int = 0  # samples per measured prompt at the end: sampled validity and non-canonical mass (0: none)
     measure_batch_size: int = 512  # sequences per teacher-forced forward (smaller for a large vocabulary)
+    reached_kl: float = 0.01  # the report calls a sampling-free run's β reached where KL(π̄‖p̄_β) ends below this (nats)
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -88,6 +96,35 @@ def _positive_int(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
     return value
+
+
+def _positive_number(value: Any, where: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+        raise ConfigError(f"{where} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]) -> dict[str, Any]:
+    """The anneal arm's own keys, checked (refused on any other kind)."""
+    own = {k: a[k] for k in ("final_learning_rate", "dtype", "perturbation") if k in a}
+    if kind != "anneal":
+        if own:
+            raise ConfigError(f"arm {name!r}: {next(iter(own))!r} is an anneal arm's key, not a {kind} arm's")
+        return {}
+    if list(betas) != sorted(betas, reverse=True) or len(set(betas)) != len(betas):
+        raise ConfigError(f"arm {name!r}: an anneal arm warm-starts each β from the one before, so its betas must "
+                          f"strictly decrease, got {list(betas)}")  # fmt: skip
+    dtype = own.get("dtype", "float32")
+    if dtype not in DTYPES:
+        raise ConfigError(f"arm {name!r}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    final = own.get("final_learning_rate")
+    if final is not None and (not isinstance(final, (int, float)) or isinstance(final, bool) or final <= 0):
+        raise ConfigError(f"arm {name!r}: final_learning_rate must be a positive number, got {final!r}")
+    perturbation = own.get("perturbation", 0.0)
+    if not isinstance(perturbation, (int, float)) or isinstance(perturbation, bool) or perturbation < 0:
+        raise ConfigError(f"arm {name!r}: perturbation must be a number >= 0, got {perturbation!r}")
+    return {"final_learning_rate": None if final is None else float(final), "dtype": dtype,
+            "perturbation": float(perturbation)}  # fmt: skip
 
 
 def load_study(path: str | Path) -> Study:
@@ -138,7 +175,7 @@ def load_study(path: str | Path) -> Study:
         if kind not in KINDS:
             raise ConfigError(f"arm {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
         recipe = None
-        if kind != "exact":
+        if kind not in ("exact", "anneal"):
             recipe = root / str(a.get("recipe", ""))
             if not a.get("recipe") or not recipe.is_file():
                 raise ConfigError(f"arm {name!r}: recipe {a.get('recipe')!r} is not a file (relative to {root})")
@@ -152,9 +189,10 @@ def load_study(path: str | Path) -> Study:
         if own is not None and (not isinstance(own, list) or not own or not all(
                 isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in own)):  # fmt: skip
             raise ConfigError(f"arm {name!r}: betas must be a non-empty list of positive numbers, got {own!r}")
+        anneal = _anneal_settings(name, kind, a, own or betas)
         arms.append(Arm(name, str(a.get("label", name)), kind, recipe, a.get("key"), dict(overrides),
                         a.get("learning_rate"), a.get("max_steps"),
-                        None if own is None else tuple(float(b) for b in own)))  # fmt: skip
+                        None if own is None else tuple(float(b) for b in own), **anneal))  # fmt: skip
     if not arms or len({a.name for a in arms}) != len(arms):
         raise ConfigError("arms must be a non-empty list with distinct names")
     ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
@@ -176,19 +214,32 @@ def load_study(path: str | Path) -> Study:
         prompts=dict(prompts),
         samples=samples,
         measure_batch_size=_positive_int(raw.get("measure_batch_size", 512), "measure_batch_size"),
+        reached_kl=_positive_number(raw.get("reached_kl", 0.01), "reached_kl"),
     )
 
 
 def study_runs(study: Study) -> list[StudyRun]:
-    """Every run, in the config's order: sampled arms at every β (the arm's own list, or the study's) and seed, the
-    exact arm at every β once (it has no random stream), points at every seed."""
+    """Every run, in the config's order: sampled and anneal arms at every β (the arm's own list, or the study's) and
+    seed (an anneal arm's seed is its perturbed start), the exact arm at every β once (it has no random stream),
+    points at every seed."""
     runs: list[StudyRun] = []
     for arm in study.arms:
         betas = arm.betas or study.betas
-        if arm.kind == "sampled":
+        if arm.kind in ("sampled", "anneal"):
             runs += [StudyRun(arm.name, b, s) for b in betas for s in study.seeds]
         elif arm.kind == "exact":
             runs += [StudyRun(arm.name, b, study.seeds[0]) for b in betas]
         else:
             runs += [StudyRun(arm.name, None, s) for s in study.seeds]
     return runs
+
+
+def predecessor(study: Study, run: StudyRun) -> StudyRun | None:
+    """The run an anneal run warm-starts from: the same arm and start at the β before (None: the first β, which
+    starts from the perturbed base, and every run of the other kinds)."""
+    arm = study.arm(run.arm)
+    if arm.kind != "anneal":
+        return None
+    betas = list(arm.betas or study.betas)
+    i = betas.index(run.beta)
+    return None if i == 0 else StudyRun(run.arm, betas[i - 1], run.seed)

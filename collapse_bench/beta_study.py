@@ -14,6 +14,12 @@ A run is (arm, β, seed). An arm is
   ``max_grad_norm``, 1 as in the Hugging Face Trainer); it trains its whole budget (its own ``max_steps``) and its
   plateau step is only recorded: a slow drift or a late instability after a first plateau is what it is there to
   show; its path also records the objective J and the gradient norm;
+- **anneal**: the exact objective again, to convergence rather than for a fixed budget: each β warm-starts from the
+  end of the β before it (same start; the arm's β values strictly decrease), the learning rate decays on a cosine
+  from ``learning_rate`` to ``final_learning_rate`` within each β, the policy can be float64 (``dtype``), and each
+  seed is a perturbed start (the base's weights plus ``perturbation``·rms(w)·N(0, 1) per tensor); its path also
+  records J* − J (J* the closed-form maximum) and KL(π̄‖p̄_β); the end weights of each β are kept under
+  ``weights/`` for the next β (and a resumed study);
 - a **point**: a method with no β (stock GRPO, α-DPG), trained once per seed under the same plateau rule.
 
 Output directory::
@@ -21,6 +27,7 @@ Output directory::
     study.json                      the checked configuration and the code commit of each invocation
     base.json                       the base model measured exactly on the training and test prompts
     runs/<arm>/<beta>/seed<s>/result.json   the path, the plateau step (or none), the end measurements
+    weights/<arm>/<beta>/seed<s>/   an anneal run's end weights, the next β's start (not part of the report)
     beta.md, beta.json, *.png       the report (:mod:`collapse_bench.beta_report`)
 """
 
@@ -39,7 +46,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, study_runs
+from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, predecessor, study_runs
 from collapse_bench.measure import (
     exact_trajectory,
     logprobs_of,
@@ -54,7 +61,9 @@ from collapse_bench.spec import recipe_argv
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
 
+ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")
 STATE = "study.json"
+WEIGHTS = "weights"
 BASE = "base.json"
 RESULT = "result.json"
 
@@ -83,18 +92,23 @@ def run_identity(study: Study, run: StudyRun) -> str:
     recipe's text); a finished run whose identity changed is trained again."""
     arm = study.arm(run.arm)
     recipe_text = Path(arm.recipe).read_text() if arm.recipe else ""
+    # the anneal arm's own settings count only when set, so the other arms' finished runs keep their identity
+    own = {k: v for k, v in asdict(arm).items() if k not in ANNEAL_ONLY or v is not None}
     data = {
-        "run": asdict(run), "arm": {**asdict(arm), "recipe": recipe_text}, "model": study.model, "task": study.task,
+        "run": asdict(run), "arm": {**own, "recipe": recipe_text}, "model": study.model, "task": study.task,
         "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
         "convergence": {k: v for k, v in asdict(study.convergence).items() if k != "stop_at_mu" or v is not None},
     }  # fmt: skip
     # the settings added for the real-LM study count only when set, so the β study's finished runs keep their identity
     extra = {"gguf_file": study.gguf_file, "prompts": study.prompts, "samples": study.samples}
     data |= {k: v for k, v in extra.items() if v}
-    if arm.kind == "exact":  # it reads only these of the shared settings, and never stops at a plateau
+    if arm.kind in ("exact", "anneal"):  # they read only these of the shared settings, never stop at a plateau
         data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
                                                             "max_grad_norm")}  # fmt: skip
         data["runs_to_budget"] = True
+    before = predecessor(study, run)
+    if before is not None:  # a warm start is only as current as the run it starts from
+        data["starts_from"] = run_identity(study, before)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -273,6 +287,90 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
             "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
 
 
+def weights_path(out: Path, run: StudyRun) -> Path:
+    """Where an anneal run keeps its end weights (a state dict), the next β's start."""
+    return out / WEIGHTS / run.key / "model.pt"
+
+
+def perturb(model: Any, scale: float, seed: int) -> None:
+    """w ← w + scale·rms(w)·ε, ε ~ N(0, 1) per entry, tensor by tensor from ``seed`` (scale 0: unchanged)."""
+    import torch
+
+    if scale == 0:
+        return
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            rms = p.double().pow(2).mean().sqrt().item()
+            p.add_((scale * rms) * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+
+
+def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """Exact ascent at one β of an anneal arm: from the perturbed base (the first β) or from the end of the β before
+    (same start), cosine-decayed learning rate, the arm's dtype; the path adds J* − J and KL(π̄‖p̄_β)."""
+    import math
+
+    import torch
+
+    from rlvr_div.exact_objective import (
+        ascend,
+        closed_form_objective,
+        exact_objective,
+        kl_to_tilted,
+        valid_set_batch,
+        valid_set_logprobs,
+    )
+    from rlvr_div.models import load_model, load_tokenizer
+
+    arm = study.arm(run.arm)
+    model_path = model_checkpoint(study)
+    model, tokenizer = load_model(model_path).to(getattr(torch, str(arm.dtype))), load_tokenizer(model_path)
+    before = predecessor(study, run)
+    if before is None:
+        perturb(model, float(arm.perturbation or 0.0), run.seed)
+    else:
+        start = weights_path(out, before)
+        if not start.is_file():
+            raise FileNotFoundError(f"{start}: the end weights of {before.key}, this run's start, are missing")
+        model.load_state_dict(torch.load(start, map_location="cpu"))
+    b = base["splits"]["train"]
+    batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
+    beta, kmax = float(run.beta), max(study.ks)
+    best = closed_form_objective([math.fsum(math.exp(x) for x in lp) for lp in b["logps"]], beta)
+    temperature = float(study.common.get("temperature", 1.0))
+
+    def point(step: int, logp: Any, grad_norm: float | None) -> dict[str, Any]:
+        flat, logps = logp.tolist(), []
+        for ys in b["valid"]:
+            logps.append(flat[: len(ys)])
+            flat = flat[len(ys) :]
+        mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
+        objective = float(exact_objective(logp, batch, beta))
+        return {"step": step, **trajectory_point(mean, kmax), "objective": objective, "gap": best - objective,
+                "kl_p_beta": float(kl_to_tilted(logp, batch, beta)), "grad_norm": grad_norm}  # fmt: skip
+
+    with torch.no_grad():
+        path = [point(0, valid_set_logprobs(model, batch, temperature), None)]
+
+    def on_point(step: int, logp: Any, grad_norm: float) -> bool:
+        path.append(point(step, logp, grad_norm))
+        return False
+
+    lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
+    last = ascend(model, batch, beta, lr, int(arm.max_steps or study.common["max_steps"]), study.path_every, on_point,
+                  temperature=temperature, max_grad_norm=float(study.common.get("max_grad_norm", 1.0)),
+                  final_learning_rate=arm.final_learning_rate)  # fmt: skip
+    model.eval()
+    end = weights_path(out, run)
+    end.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), end)
+    return {"path": path, "train": {"steps": last, "optimum": best},
+            "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
+
+
+EXECUTORS = {"sampled": execute_sampled, "point": execute_sampled, "exact": execute_exact, "anneal": execute_anneal}
+
+
 def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
     """One run from scratch, ``result.json`` written last (in a worker process; console output in its log)."""
     out = Path(out_dir)
@@ -285,8 +383,7 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
                 shutil.rmtree(directory)  # an unfinished run starts over
             directory.mkdir(parents=True)
             t0 = time.perf_counter()
-            kind = study.arm(run.arm).kind
-            body = (execute_exact if kind == "exact" else execute_sampled)(study, out, run, base)
+            body = EXECUTORS[study.arm(run.arm).kind](study, out, run, base)
             steps = body["path"][-1]["step"]
             result = {
                 "run": asdict(run), "identity": run_identity(study, run), "commit": _WORKER_CODE, **body,
@@ -341,25 +438,35 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     write_json(state_path, state)
     base = measure_base(study, out)
     # seed by seed: every arm's first seed finishes before any arm's second, so a study cut short is balanced
-    order = {s: i for i, s in enumerate(study.seeds)}
-    todo = sorted((r for r in study_runs(study) if read_result(out, study, r) is None), key=lambda r: order[r.seed])
+    todo = runs_to_do(study, out)
     failures: list[str] = []
     t0 = time.time()
     with tqdm(total=len(todo), desc="beta study", disable=not progress) as bar, ProcessPoolExecutor(
         max_workers=study.workers, mp_context=get_context("spawn"), initializer=_init_worker,
         initargs=(study.threads,),
     ) as pool:  # fmt: skip
-        pending = {pool.submit(execute, study, str(out), r, base): r for r in todo}
+        waiting, pending, finished = list(todo), {}, set()
+
+        def submit_ready() -> None:  # a warm-started run waits for the run it starts from
+            for r in [r for r in waiting if (before := predecessor(study, r)) is None or before not in todo
+                      or before in finished]:  # fmt: skip
+                waiting.remove(r)
+                pending[pool.submit(execute, study, str(out), r, base)] = r
+
+        submit_ready()
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
-                pending.pop(fut)
+                run = pending.pop(fut)
                 try:
                     fut.result()
+                    finished.add(run)
                 except Exception as e:  # noqa: BLE001 - one line per failed run, the others go on
                     failures.append(str(e))
                     print(f"failed: {e}", flush=True)
                 bar.update(1)
+            submit_ready()
+        failures += [f"{r.key}: not run, the run it starts from did not finish" for r in waiting]
     state = json.loads(state_path.read_text())
     state.setdefault("invocations", []).append(time.time() - t0)
     state["failures"] = failures
@@ -367,6 +474,21 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     if failures:
         raise RuntimeError(f"{len(failures)} run(s) failed; first: {failures[0]}")
     return len(todo)
+
+
+def runs_to_do(study: Study, out: Path) -> list[StudyRun]:
+    """The runs without a current result, seed by seed (every arm's first seed finishes before any arm's second, so
+    a study cut short is balanced), and the anneal runs whose end weights the next β needs but which are gone (a
+    fresh clone holds the results, not the weights): they run again."""
+    runs = study_runs(study)
+    todo = {r for r in runs if read_result(out, study, r) is None}
+    for r in sorted(todo, key=lambda r: runs.index(r), reverse=True):
+        before = predecessor(study, r)
+        while before is not None and before not in todo and not weights_path(out, before).is_file():
+            todo.add(before)
+            before = predecessor(study, before)
+    order = {s: i for i, s in enumerate(study.seeds)}
+    return sorted(todo, key=lambda r: (order[r.seed], runs.index(r)))
 
 
 def closed_form_mu(base_mu: list[float], beta: float) -> float:

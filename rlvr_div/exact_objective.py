@@ -112,11 +112,14 @@ def ascend(
     on_point: Callable[[int, torch.Tensor, float], bool],
     temperature: float = 1.0,
     max_grad_norm: float | None = 1.0,
+    final_learning_rate: float | None = None,
 ) -> int:
-    """AdamW ascent on :func:`exact_objective` (full batch, constant learning rate, no weight decay, the gradient
-    clipped to ``max_grad_norm`` as the Hugging Face Trainer does; None: no clipping) for ``max_steps`` steps. After
-    every ``every``-th step (and the last) ``on_point(step, logp, grad_norm)`` gets the rows' current log π (no grad)
-    and that step's gradient norm before clipping; it returns True to stop (e.g. a plateau). Returns the last step."""
+    """AdamW ascent on :func:`exact_objective` (full batch, no weight decay, the gradient clipped to ``max_grad_norm``
+    as the Hugging Face Trainer does; None: no clipping) for ``max_steps`` steps. The learning rate is constant, or
+    with ``final_learning_rate`` decays from ``learning_rate`` to it on a cosine: lr_t = f + (l − f)(1 + cos(π t/T))/2
+    at step t of T. After every ``every``-th step (and the last) ``on_point(step, logp, grad_norm)`` gets the rows'
+    current log π (no grad) and that step's gradient norm before clipping; it returns True to stop (e.g. a plateau).
+    Returns the last step."""
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -124,6 +127,10 @@ def ascend(
     model.train()
     step = 0
     while step < max_steps:
+        if final_learning_rate is not None:
+            cosine = 0.5 * (1.0 + math.cos(math.pi * step / max_steps))
+            for group in optimizer.param_groups:
+                group["lr"] = final_learning_rate + (learning_rate - final_learning_rate) * cosine
         optimizer.zero_grad(set_to_none=True)
         logp = valid_set_logprobs(model, batch, temperature)
         loss = -exact_objective(logp, batch, beta)
@@ -137,6 +144,24 @@ def ascend(
             if on_point(step, current, float(norm)) and step < max_steps:
                 break
     return step
+
+
+def kl_to_tilted(logp: torch.Tensor, batch: ValidSetBatch, beta: float) -> torch.Tensor:
+    """mean_x KL(π̄(·|x) ‖ p̄_β(·|x)), nats, on V(x) ∪ {⊥}, where p_β(y) = a(y)·e^{1/β}/Z on V, p_β(⊥) = (1 − A)/Z and
+    Z = 1 − A + A·e^{1/β}. J* − J = β·KL(π̄‖p̄_β) (J* = :func:`closed_form_objective`), so this is the distance the
+    objective has left, in nats; 1 − μ is floored as in :func:`exact_objective`."""
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    owner, base = batch.owner.to(logp.device), batch.base_logp.to(logp.device)
+    pi = logp.exp()
+    mu = torch.zeros(batch.n_prompts, dtype=logp.dtype, device=logp.device).index_add(0, owner, pi)
+    big_a = torch.zeros_like(mu).index_add(0, owner, base.exp())
+    # log Z = 1/β + log(A + (1 − A)·e^{−1/β}), stable for small β
+    log_z = 1.0 / beta + torch.log(big_a + (1.0 - big_a) * math.exp(-1.0 / beta))
+    valid = torch.zeros_like(mu).index_add(0, owner, pi * (logp - base - 1.0 / beta + log_z[owner]))
+    rest = 1.0 - mu
+    invalid = rest * (torch.log(rest.clamp(min=_LOG_EPS)) - torch.log1p(-big_a) + log_z)
+    return (valid + invalid).mean()
 
 
 def closed_form_objective(base_rates: Sequence[float], beta: float) -> float:

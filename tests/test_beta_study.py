@@ -79,7 +79,7 @@ def test_runs_of_each_kind(tmp_path):
         (("seeds: [1, 2]", "seeds: [1, 1]"), "seeds must be a non-empty list of distinct integers"),
         (("path_every: 2", "path_every: 0"), "path_every must be an integer >= 1"),
         (("max_steps: 4,", "seed: 3, max_steps: 4,"), "common sets 'seed'"),
-        (("kind: exact", "kind: sampling"), "kind must be one of sampled, exact, point"),
+        (("kind: exact", "kind: sampling"), "kind must be one of sampled, exact, anneal, point"),
         (("recipe: " + str(ROOT) + "/recipes/tiny/grpo.yaml", "recipe: nowhere.yaml"), "recipe 'nowhere.yaml' is not"),
         ((", key: divergence_coef", ""), "a sampled arm needs `key`"),
         (("key: divergence_coef", "key: divergence_coef, betas: []"), "arm 'rkl': betas must be a non-empty list"),
@@ -90,6 +90,12 @@ def test_runs_of_each_kind(tmp_path):
         (("path_every: 2", "path_every: 2\nprompts: {validation: 4}"), "prompts must map splits"),
         (("path_every: 2", "path_every: 2\nprompts: {train: 0}"), "prompts.train must be an integer >= 1"),
         (("path_every: 2", "path_every: 2\nsamples: -3"), "samples must be an integer >= 1"),
+        (("path_every: 2", "path_every: 2\nreached_kl: 0"), "reached_kl must be a positive number"),
+        (("kind: exact}", "kind: exact, dtype: float64}"), "'dtype' is an anneal arm's key, not a exact arm's"),
+        (("kind: exact}", "kind: anneal, betas: [0.1, 1.0]}"), "its betas must strictly decrease"),
+        (("kind: exact}", "kind: anneal, dtype: float16}"), "dtype must be one of float32, float64"),
+        (("kind: exact}", "kind: anneal, perturbation: -1}"), "perturbation must be a number >= 0"),
+        (("kind: exact}", "kind: anneal, final_learning_rate: 0}"), "final_learning_rate must be a positive"),
     ],
 )
 def test_config_errors_are_one_line(tmp_path, edit, message):
@@ -174,6 +180,55 @@ def test_stop_at_validity_reads_the_last_path_point_only():
     assert not reached_mu([{"step": 0, "mu": 0.3}, {"step": 5, "mu": 0.89}], rule)
     assert reached_mu([{"step": 0, "mu": 0.3}, {"step": 5, "mu": 0.9}], rule)
     assert not reached_mu([{"step": 0, "mu": 0.95}], Convergence())  # no stop_at_mu: never
+
+
+ANNEAL_CONFIG = """
+model: tiny
+task: pairsum
+task_options: {max_target: 9}
+seeds: [1, 2]
+betas: [1.0, 0.1]
+path_every: 2
+common: {max_steps: 4, learning_rate: 1.0e-3, temperature: 1.0}
+arms:
+  - {name: anneal, kind: anneal, dtype: float64, perturbation: 0.01, final_learning_rate: 1.0e-5}
+"""
+
+
+def test_the_annealed_arm_warm_starts_each_beta_and_reports_its_distance_to_the_optimum(tmp_path, tiny_path):
+    from collapse_bench.beta_report import write_report
+    from collapse_bench.beta_spec import predecessor
+    from collapse_bench.beta_study import run_study, runs_to_do, weights_path
+
+    study = load_study(_write(tmp_path, ANNEAL_CONFIG))
+    runs = study_runs(study)
+    assert runs == [StudyRun("anneal", b, s) for b in (1.0, 0.1) for s in (1, 2)]
+    assert predecessor(study, StudyRun("anneal", 0.1, 2)) == StudyRun("anneal", 1.0, 2)
+    assert predecessor(study, StudyRun("anneal", 1.0, 2)) is None
+    out = tmp_path / "out"
+    assert run_study(study, out, progress=False) == 4
+    result = {(r.beta, r.seed): read_result(out, study, r) for r in runs}
+    # each β after the first starts where the β before ended (the same weights measured the same way)
+    for seed in (1, 2):
+        assert result[0.1, seed]["path"][0]["mu"] == pytest.approx(result[1.0, seed]["path"][-1]["mu"], rel=1e-12)
+        assert weights_path(out, StudyRun("anneal", 0.1, seed)).is_file()
+    # the starts are perturbed differently, from the seed
+    assert result[1.0, 1]["path"][0]["mu"] != result[1.0, 2]["path"][0]["mu"]
+    for r in result.values():
+        for p in r["path"]:
+            assert p["gap"] == pytest.approx(r["run"]["beta"] * p["kl_p_beta"], rel=1e-6, abs=1e-12)
+            assert p["gap"] > 0
+        assert [p["step"] for p in r["path"]] == [0, 2, 4] and r["path"][-1]["grad_norm"] > 0
+    report = write_report(study, out, "test", toy=None).read_text()
+    assert "## Convergence of the annealed sampling-free arm" in report
+    assert "| anneal | 0.1 | 2 |" in report
+    # a fresh clone holds results, not weights: the missing start of a run to do is trained again first
+    (out / "runs" / "anneal" / "0.1" / "seed1" / "result.json").unlink()
+    weights_path(out, StudyRun("anneal", 1.0, 1)).unlink()
+    assert runs_to_do(study, out) == [StudyRun("anneal", 1.0, 1), StudyRun("anneal", 0.1, 1)]
+    assert run_study(study, out, progress=False) == 2
+    again = read_result(out, study, StudyRun("anneal", 0.1, 1))
+    assert again["path"][-1]["objective"] == pytest.approx(result[0.1, 1]["path"][-1]["objective"], rel=1e-9)
 
 
 def test_the_committed_beta_study_keeps_its_identity():

@@ -13,6 +13,7 @@ from rlvr_div.exact_objective import (
     ascend,
     closed_form_objective,
     exact_objective,
+    kl_to_tilted,
     valid_set_batch,
     valid_set_logprobs,
 )
@@ -144,3 +145,44 @@ def test_closed_form_is_the_log_partition():
     assert closed_form_objective([a], beta) == pytest.approx(beta * math.log(1 - a + a * math.exp(1 / beta)))
     # stable where e^{1/β} overflows a float: 1 + β·log(A + (1 − A)·e^{−1/β}) → 1 + β·log A
     assert closed_form_objective([a], 1e-3) == pytest.approx(1.0 + 1e-3 * math.log(a), rel=1e-12)
+
+
+@pytest.mark.parametrize("beta", [0.1, 1.0])
+def test_the_gap_to_the_maximum_is_beta_times_the_kl_to_the_tilted_model(setup, tiny_path, beta):
+    """J* − J = β·KL(π̄‖p̄_β), and KL(π̄‖p̄_β) from its definition on V ∪ {⊥} with p_β ∝ a·e^{v/β}."""
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path).eval()
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    with torch.no_grad():
+        logp = valid_set_logprobs(policy, batch)
+    kl = float(kl_to_tilted(logp, batch, beta))
+    base_rates = [math.fsum(math.exp(x) for x in blp) for blp in base_logps]
+    gap = closed_form_objective(base_rates, beta) - float(exact_objective(logp, batch, beta))
+    assert gap == pytest.approx(beta * kl, rel=1e-9)
+    by_prompt, cursor = [], 0
+    for ys, blp, big_a in zip(valid, base_logps, base_rates):
+        pi = np.exp(logp[cursor : cursor + len(ys)].numpy())
+        cursor += len(ys)
+        z = 1 - big_a + big_a * math.exp(1 / beta)
+        p_beta = np.exp(np.asarray(blp)) * math.exp(1 / beta) / z
+        rest = 1 - pi.sum()
+        by_prompt.append(float(np.sum(pi * np.log(pi / p_beta))) + rest * math.log(rest / ((1 - big_a) / z)))
+    assert kl == pytest.approx(float(np.mean(by_prompt)), rel=1e-9)
+    assert kl > 0
+
+
+def test_ascent_decays_the_learning_rate_on_a_cosine(setup, tiny_path, monkeypatch):
+    tok, valid, base_logps = setup
+    policy = _policy(tiny_path, scale=0.0)
+    batch = valid_set_batch(tok, PROMPTS, valid, base_logps)
+    seen: list[float] = []
+    original = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    ascend(policy, batch, 0.3, 1e-3, max_steps=4, every=4, on_point=lambda s, lp, g: False, final_learning_rate=1e-5)
+    expected = [1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi * t / 4)) for t in range(4)]
+    assert seen == pytest.approx(expected, rel=1e-12)
