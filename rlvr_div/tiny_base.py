@@ -10,8 +10,8 @@ rebuilt, with one line saying why, so two users of one name cannot hold differen
 The named bases (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``; ``tiny2``, the base of the
 collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic error mode;
 a skewed filtered model); ``tiny3``, pretrained on ``routes`` (two strategies, one of them the only reliable one on a
-held-out class), and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds. :func:`rlvr_div.models.resolve_model` maps these names (and
-``tiny-<spec hash>``) here.
+held-out class), and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds.
+:func:`rlvr_div.models.resolve_model` maps these names (and ``tiny-<spec hash>``) here.
 """
 
 from __future__ import annotations
