@@ -24,6 +24,7 @@ from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_valu
 SCALARS = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_answers", "kl_pstar", "lost_at_kmax")
 MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
+SHIFTED = ("shifted_pass_kmax", "shifted_mass")  # the shifted verifier at matched validity, where measured
 LEVELS = (0.75, 0.85, 0.9, 0.95)  # the fixed validities at which two training paths are compared
 
 
@@ -96,13 +97,21 @@ def matched_validity(
 
 def flat_metrics(split: dict[str, Any], ks: list[int]) -> dict[str, float | None]:
     """One split's means as a flat dict: scalars, pass_at_<k>, cov_at_<k>, distinct_at_<k>, lost/gained at k,
-    and the *_kmax aliases for the largest k."""
+    the shifted verifier's mass and pass/lost/gained at k where measured (``shifted_*``), and the *_kmax aliases for
+    the largest k."""
     m = split["mean"]
     out: dict[str, float | None] = {k: m.get(k) for k in SCALARS}
     for name in ("pass_at", "cov_at", "distinct_at", "lost_at", "gained_at"):
         for k in ks:
             out[f"{name}_{k}"] = (m.get(name) or {}).get(str(k))
         out[f"{name}_kmax"] = out[f"{name}_{ks[-1]}"]
+    shifted = m.get("shifted")
+    if shifted is not None:  # a many-answer task measured with the shifted verifier (collapse_bench.measure)
+        out["shifted_mass"] = shifted["mass"]
+        for name in ("pass_at", "lost_at", "gained_at"):
+            for k in ks:
+                out[f"shifted_{name}_{k}"] = shifted[name].get(str(k))
+            out[f"shifted_{name}_kmax"] = out[f"shifted_{name}_{ks[-1]}"]
     # recomputed under the current rule (at least half a problem), so results written under an older rule agree
     crossover = crossover_k(m, ks) if m.get("lost_at") else m.get("crossover_k")
     out["crossover_k"] = math.nan if m.get("base_ahead_at_1") else math.inf if crossover is None else float(crossover)
@@ -236,6 +245,14 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                     {s: r.get("trajectory") or [] for s, r in baseline_results.items()},
                     LEVELS,
                 )
+                paths = [p for r in (*results.values(), *baseline_results.values()) for p in r.get("trajectory") or []]
+                if paths and all("shifted_pass_kmax" in p for p in paths):
+                    data["levels_shifted"] = matched_levels(
+                        {s: r["trajectory"] for s, r in results.items()},
+                        {s: r["trajectory"] for s, r in baseline_results.items()},
+                        LEVELS,
+                        SHIFTED,
+                    )
             data["paired_vs_baseline"] = {
                 split: {
                     key: paired_difference(
@@ -258,6 +275,8 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             data.pop("_results", None)
         entry["holm_family"] = holm_flags(entry)
         entry["holm_family_matched"] = holm_flags_matched(entry)
+        if any(data.get("levels_shifted") for data in entry["methods"].values()):
+            entry["holm_family_shifted"] = holm_flags_shifted(entry)
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:
         agg["beta_sweep"] = beta_sweep(bench, out)
@@ -345,6 +364,21 @@ def holm_flags_matched(entry: dict[str, Any], alpha: float = 0.05) -> int:
             for key in ("effective_answers", "kl_pstar"):
                 matched[key]["p"] = paired_p_value(matched[key])
                 family[(name, "end", key)] = matched[key]
+    survive = holm({k: d["p"] for k, d in family.items()}, alpha)
+    for k, ok in survive.items():
+        family[k]["holm"] = ok
+    return sum(1 for d in family.values() if d["p"] is not None)
+
+
+def holm_flags_shifted(entry: dict[str, Any], alpha: float = 0.05) -> int:
+    """Holm–Bonferroni over a task's family of shifted-verifier comparisons at matched validity (every method × each
+    fixed validity level, Δ pass@K under the shifted verifier; Δ π(S) is descriptive): ``p`` and ``holm`` as in
+    :func:`holm_flags`. Returns the family's size."""
+    family = {}
+    for name, data in entry["methods"].items():
+        for i, level in enumerate(data.get("levels_shifted") or []):
+            level["shifted_pass_kmax"]["p"] = paired_p_value(level["shifted_pass_kmax"])
+            family[(name, i)] = level["shifted_pass_kmax"]
     survive = holm({k: d["p"] for k, d in family.items()}, alpha)
     for k, ok in survive.items():
         family[k]["holm"] = ok

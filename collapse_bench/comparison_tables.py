@@ -1,6 +1,6 @@
 """The collapse report's tables of comparisons that need no chosen end point: every method against the untrained base
 at every k (intervals over seeds and prompts), validity by the base's difficulty, and diversity at fixed validities
-along both training paths (against stock GRPO, seed by seed)."""
+along both training paths (against stock GRPO, seed by seed), and pass@k under a shifted verifier."""
 
 from __future__ import annotations
 
@@ -73,4 +73,42 @@ def levels_table(entry: dict[str, Any]) -> list[str]:
     if not rows or levels is None:
         return []
     return _table(["method vs baseline"] + [f"μ = {mu:g}: Δ eff. answers / Δ KL(p*‖π_v) (seeds)" for mu in levels],
+                  rows)  # fmt: skip
+
+
+def shifted_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:
+    """The shifted verifier (it accepts only the valid answers outside the base's 3 likeliest of each prompt):
+    π(S) and pass@k under it on ``split`` at the end of training, the base first; mean ± 95% t-interval over seeds."""
+    base = entry["base"].get(split) or {}
+    if base.get("shifted_mass") is None:
+        return []
+    header = ["method", "π(S)"] + [f"pass@{k} (shifted)" for k in ks] + [f"lost@{ks[-1]} (shifted)"]
+    rows = [["base", f"{base['shifted_mass']:.4f}"] + [f"{base[f'shifted_pass_at_{k}']:.3f}" for k in ks] + ["—"]]
+    for m in entry["methods"].values():
+        s = (m.get("splits") or {}).get(split) or {}
+        if "shifted_mass" not in s:
+            continue
+        rows.append([m["label"], _cell(s["shifted_mass"], 4)] + [_cell(s[f"shifted_pass_at_{k}"]) for k in ks]
+                    + [_cell(s[f"shifted_lost_at_{ks[-1]}"], 2)])  # fmt: skip
+    return _table(header, rows)
+
+
+def shifted_levels_table(entry: dict[str, Any], kmax: int) -> list[str]:
+    """Per method and fixed validity μ of the training prompts: Δ pass@K under the shifted verifier and Δ π(S)
+    against the baseline, read off both training paths at μ, paired by seed (seeds whose two paths reach μ)."""
+    rows, levels = [], None
+    for m in entry["methods"].values():
+        lv = m.get("levels_shifted")
+        if not lv:
+            continue
+        levels = levels or [x["mu"] for x in lv]
+        n = len(m.get("seeds") or [])
+        cells = [m["label"]]
+        for x in lv:
+            p, mass = x["shifted_pass_kmax"], x["shifted_mass"]
+            cells.append(f"{_cell(p)}{_marks(p)} / {_cell(mass, 4)}{_marks(mass)} ({len(x['seeds'])}/{n})")
+        rows.append(cells)
+    if not rows or levels is None:
+        return []
+    return _table(["method vs baseline"] + [f"μ = {mu:g}: Δ pass@{kmax} (shifted) / Δ π(S) (seeds)" for mu in levels],
                   rows)  # fmt: skip

@@ -23,6 +23,8 @@ from rlvr_div.exact import expected_lost_gained, prompt_metrics, sequence_logpro
 # the smallest difference in problems that is called a difference (a crossover, the base ahead): half a problem
 MIN_PROBLEMS = 0.5
 PER_PROMPT = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
+# the shifted verifier: it rejects the base's SHIFT_TOP likeliest valid answers of each prompt, accepts the others
+SHIFT_TOP = 3
 
 
 def split_rows(task: str, split: str, options: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,6 +178,10 @@ def summarise(
     mean["crossover_k"] = crossover_k(mean, ks)
     mean["problems"] = len(rows)
     per_prompt = {k: [r[k] for r in rows] for k in (*PER_PROMPT, "top_answer")}
+    shifted = shifted_summary(logps, base_logps, ks)
+    if shifted is not None:
+        per_prompt["shifted_mass"] = shifted.pop("per_prompt")
+        mean["shifted"] = shifted
     if structure is not None:
         share = None
         if structure.minority is not None:
@@ -194,6 +200,40 @@ def summarise(
     return {"mean": mean, "per_prompt": per_prompt}
 
 
+def shifted_masses(
+    logps: Sequence[Sequence[float]], base_logps: Sequence[Sequence[float]], top: int = SHIFT_TOP
+) -> list[float] | None:
+    """π(S|x) per prompt, where S(x) is the valid set of x less the base's ``top`` likeliest answers (ties: the first
+    listed): the mass a held-out verifier that accepts only S would pass. None for a task whose valid sets all have
+    at most ``top`` answers (the verifier would accept nothing)."""
+    if not base_logps or max(len(b) for b in base_logps) <= top:
+        return None
+    out = []
+    for lp, blp in zip(logps, base_logps, strict=True):
+        kept = np.argsort(-np.asarray(blp, float), kind="stable")[top:]
+        out.append(float(np.exp(np.asarray(lp, float)[kept]).sum()))
+    return out
+
+
+def shifted_summary(logps: Sequence[Sequence[float]], base_logps: Sequence[Sequence[float]], ks: Sequence[int]
+                    ) -> dict[str, Any] | None:  # fmt: skip
+    """Pass@k under the shifted verifier, exactly: 1 − (1 − π(S|x))^k per prompt (:func:`shifted_masses`), its mean
+    over prompts at each k, the base's, and the problems lost and gained against the base under that verifier (the
+    question: does diversity a method kept pass a check that training never asked for?). None: no such verifier."""
+    mass = shifted_masses(logps, base_logps)
+    if mass is None:
+        return None
+    base = shifted_masses(base_logps, base_logps)
+    assert base is not None
+    out: dict[str, Any] = {"per_prompt": mass, "mass": float(np.mean(mass)), "base_mass": float(np.mean(base)),
+                           "pass_at": {}, "base_pass_at": {}, "lost_at": {}, "gained_at": {}}  # fmt: skip
+    for k in ks:
+        out["pass_at"][str(k)] = float(np.mean(-np.expm1(k * np.log1p(-np.clip(mass, 0, 1 - 1e-16)))))
+        out["base_pass_at"][str(k)] = float(np.mean(-np.expm1(k * np.log1p(-np.clip(base, 0, 1 - 1e-16)))))
+        out["lost_at"][str(k)], out["gained_at"][str(k)] = expected_lost_gained(base, mass, k)
+    return out
+
+
 def crossover_k(mean: dict[str, Any], ks: Sequence[int], min_problems: float = MIN_PROBLEMS) -> int | None:
     """The smallest k at which the base overtakes a model that leads it at k = 1 by at least ``min_problems``
     problems: lost@k − gained@k ≥ min_problems (expected counts, whose difference is the number of problems by which
@@ -207,6 +247,7 @@ def crossover_k(mean: dict[str, Any], ks: Sequence[int], min_problems: float = M
 
 def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
     """The numbers a training path records at each of its points: validity, the exact diversity and cov@K; with a
+    many-answer task also the shifted verifier's mass π(S) and pass@K (:func:`shifted_summary`); with a
     task structure also the minority strategy's share and, per prompt class c, ``mu_<c>``, ``pass_kmax_<c>`` and
     ``minority_share_<c>``."""
     point = {
@@ -218,6 +259,9 @@ def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
     }
     if "minority_share" in mean:
         point["minority_share"] = mean["minority_share"]
+    if "shifted" in mean:
+        point["shifted_mass"] = mean["shifted"]["mass"]
+        point["shifted_pass_kmax"] = mean["shifted"]["pass_at"][str(kmax)]
     for c, entry in (mean.get("by_class") or {}).items():
         point[f"mu_{c}"] = entry["mu"]
         point[f"pass_kmax_{c}"] = entry["pass_at"][str(kmax)]

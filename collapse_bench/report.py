@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.class_report import class_lines, primary_lines, write_class_plots
-from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
+from collapse_bench.comparison_tables import (
+    difficulty_table,
+    levels_table,
+    shifted_levels_table,
+    shifted_table,
+    versus_base_table,
+)
 from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
@@ -390,6 +396,29 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     "",
                 ]
                 lines += levels  # fmt: skip
+        shifted = shifted_table(entry, split, agg["ks"])
+        if shifted:
+            lines += [
+                "",
+                f"### Under a shifted verifier ({split} split)",
+                "",
+                "A held-out verifier that accepts only S(x), the valid answers outside the base's 3 likeliest for "
+                "that prompt, a check training never asked for: π(S) = the policy's mass on S, pass@k = 1 − (1 − "
+                "π(S|x))^k exactly per prompt, lost@k against the base under the same verifier; mean ± 95% "
+                "t-interval over seeds:",
+                "",
+                *shifted,
+            ]
+            at_levels = shifted_levels_table(entry, kmax)
+            if at_levels:
+                lines += [
+                    "",
+                    "The same verifier at fixed validities along both training paths (training prompts), each "
+                    "method minus the baseline, paired by seed (** = the 95% interval excludes 0; † = Δ pass@k "
+                    f"survives Holm's correction over its family of {entry.get('holm_family_shifted', 0)}):",
+                    "",
+                    *at_levels,
+                ]
         versus = versus_base_table(entry, split, agg["ks"])
         if versus:
             lines += [
