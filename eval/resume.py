@@ -33,6 +33,17 @@ def check_resume(out_dir: Path, settings: EvalSettings) -> None:
             )
 
 
+def check_not_sampled(out_dir: Path, name: str) -> None:
+    """Fail in one line when ``out_dir`` holds samples a model made there (its ``config.json``): scoring
+    ``--samples NAME=...`` into it would replace them (the reverse of :func:`check_resume` refusing to sample into a
+    scored directory)."""
+    if (out_dir / CONFIG_FILE).is_file():
+        raise ConfigError(
+            f"{out_dir} holds samples drawn from a model (its {CONFIG_FILE}); scoring --samples {name} there would "
+            "replace them: rerun with --fresh to replace them, or use another --output-dir"
+        )
+
+
 def fingerprint(ref: ModelRef, output_dir: Path) -> str:
     """The content fingerprint of a model reference (``rlvr_div.fingerprint.model_fingerprint`` of its model and
     adapter), with the per-file hash cache in ``output_dir``."""

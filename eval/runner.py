@@ -38,6 +38,7 @@ from eval.resume import (
     FINGERPRINT_KEY,
     START_OVER,
     check_model_unchanged,
+    check_not_sampled,
     check_resume,
     fingerprint,
     start_over,
@@ -250,7 +251,8 @@ def prepare(
 
     ``samples``: ``NAME=FILE`` sample logs to score instead of sampling (:mod:`eval.score_only`); every problem's
     verifier columns are checked here. An earlier run's samples must have been made with the same settings and from a
-    model with the same content fingerprint (its files are hashed, not loaded); ``fresh``: start every model over."""
+    model with the same content fingerprint (its files are hashed, not loaded), and a sample log is not scored over
+    samples a model made there; ``fresh``: start every model over, let sample logs replace what was there."""
     from eval.score_only import check_columns, read_source
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task, get_task
@@ -331,6 +333,8 @@ def prepare(
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
         if not fresh and any(r.name == ref_name for r in refs):
             check_resume(out / ref_name, s)
+        elif not fresh:
+            check_not_sampled(out / ref_name, ref_name)
         per_model[ref_name] = s
     if not fresh:
         for ref in refs:

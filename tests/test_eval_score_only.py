@@ -140,6 +140,31 @@ def test_a_sampled_base_and_a_scored_file_in_one_report(sampled, fixtures, tiny_
     assert "sampled here, n = 8" in report and "scored from verl sample log" in report and "step 20" in report
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_scoring_into_a_sampled_directory_is_refused_without_fresh(sampled, fixtures, tmp_path, capsys, no_model_loads):
+    """The reverse of sampling into a scored directory: `--samples base=FILE` over an output directory where `base`
+    was sampled stops in one line before anything is written (the sampled samples.jsonl, config.json and results.json
+    stay as they were); with --fresh the file's completions replace them."""
+    import shutil
+
+    out = tmp_path / "eval"
+    shutil.copytree(sampled, out)  # base/ sampled by `rlvr-div eval --model base=tiny`: config.json beside samples
+    before = _tree(out)
+    args = ["eval", "--samples", f"base={fixtures / 'plain.jsonl'}", "--task", "arith", "--quiet"]
+    assert cli_main([*args, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {out / 'base'} holds samples drawn from a model"), err
+    assert "--fresh" in err[0] and "another --output-dir" in err[0], err
+    assert _tree(out) == before
+    assert cli_main([*args, "--fresh", "--output-dir", str(out)]) == 0
+    assert not (out / "base" / "config.json").exists()
+    results = json.loads((out / "base" / "results.json").read_text())
+    assert results["config"]["scored_from"]["format"] == "plain"
+
+
 def _math_file(path: Path) -> None:
     rows = [
         {"prompt": "What is 6 times 7?", "completions": ["It is 42.", "6*7 = 42", "I think 41"], "answer": "42"},
