@@ -3,7 +3,8 @@
     rlvr-div eval --model base=tiny --model grpo=runs/grpo --task arith --n 64 --limit 200 --output-dir runs/eval
     rlvr-div eval --samples base=lm_eval_base.jsonl --samples rl=verl_dump.jsonl --task gsm8k --output-dir runs/eval
 
-Every input is checked before any model loads (one ``error:`` line, exit code 2). See ``eval.runner`` for the files.
+Every input is checked before any model loads (one ``error:`` line, exit code 2); a second evaluation on the same
+``--output-dir`` is refused while the first runs (:mod:`rlvr_div.run_lock`). See ``eval.runner`` for the files.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.run_lock import directory_lock
 
 
 def _key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
@@ -109,8 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div eval``; ConfigError propagates to the caller (one line, exit 2)."""
-    from eval.runner import prepare, run
-
     parser = build_parser()
 
     def one_line(message: str) -> None:  # argparse would print the usage too; a bad value is one line here
@@ -118,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
 
     parser.error = one_line  # type: ignore[method-assign]
     args = parser.parse_args(argv)
+    with directory_lock(args.output_dir, "evaluation", "--output-dir"):  # one writer per --output-dir
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """Validate, sample or score, report; ``--output-dir``'s lock is held."""
+    from eval.runner import prepare, run
+
     job = prepare(
         args.model,
         samples=args.samples,

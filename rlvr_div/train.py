@@ -2,9 +2,11 @@
 
 Reads top to bottom: parse and validate the recipe before any model loads (:mod:`rlvr_div.recipe`); decide how the
 run starts in its ``output_dir`` (new, ``--resume_from_checkpoint true`` or ``--overwrite_output_dir true``; an earlier
-run is never silently appended to: :mod:`rlvr_div.run_dir`); build the task dataset and reward functions by name; run
-the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line per logging step, each
-step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes from it.
+run is never silently appended to: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first
+holds its lock stops in one line naming the first's PID: :mod:`rlvr_div.run_lock`); build the task dataset and reward
+functions by name; run the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line
+per logging step, each step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes
+from it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
+from rlvr_div.run_lock import directory_lock
 
 logger = logging.getLogger("rlvr_div.train")
 
@@ -318,6 +321,16 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     script, training, model = parse_recipe(argv)
     validate(script, training, model)
     check_vllm(training)  # here, not in validate: recipes for vLLM machines still validate where vLLM is absent
+    with ExitStack() as held:
+        if training.process_index == 0:  # one run per output_dir; the other processes of a launch are its own
+            held.enter_context(directory_lock(training.output_dir, "training run", "--output_dir"))
+        return _run(script, training, model, argv, top_level, callbacks)
+
+
+def _run(
+    script: ScriptArguments, training: Any, model: Any, argv: list[str], top_level: bool, callbacks: Sequence[Any]
+) -> int:
+    """Start in ``output_dir`` (new, resumed or overwritten), train, save; the lock on it is held."""
     out = training.output_dir
     start = plan_start(out, training.resume_from_checkpoint, script.overwrite_output_dir)  # every process, read-only
     state = training.distributed_state if training.world_size > 1 else None

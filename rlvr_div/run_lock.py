@@ -1,0 +1,131 @@
+"""One writer per output directory: a training run, an evaluation (or a benchmark) holds ``.<name>.lock`` beside its
+directory while it writes there, so a second copy on the same directory stops in one line naming the first's PID
+instead of duplicating its ``metrics.jsonl`` lines or ``samples.jsonl`` records.
+
+The lock is an OS-level lock (:class:`filelock.FileLock`, ``flock`` on POSIX): the kernel releases it when its process
+ends, however it ends, so a lock left by a killed process is simply taken. The lock file lies outside the directory
+(starting over cannot delete it) and stays after release; ``.<name>.pid.lock`` beside it names the holder (PID,
+host, what it is) while the lock is held. Where the directory's parent is not writable and the directory exists, both
+files go inside it instead (``.rlvr-div.lock``). Re-entrant within a thread of one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlvr_div.errors import ConfigError
+
+_LOCKS: dict[str, Any] = {}  # one FileLock per lock path in this process: flock is per open file, not per process
+_INSIDE = ".rlvr-div"  # the lock's stem inside the directory when its parent is not writable
+_UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def lock_paths(directory: str | os.PathLike, inside: bool = False) -> tuple[Path, Path]:
+    """(lock file, holder file) of ``directory``: beside it, or (``inside``) in it."""
+    out = Path(directory).resolve()
+    base = out / _INSIDE if inside else out.parent / f".{out.name}"
+    return Path(f"{base}.lock"), Path(f"{base}.pid.lock")
+
+
+def holder(directory: str | os.PathLike, wait: float = 1.0) -> dict[str, Any] | None:
+    """What the live holder of ``directory``'s lock wrote about itself (``pid``, ``host``, ``what``), or None. A
+    holder writes it just after taking the lock, so a missing or stale entry (a dead PID on this host: a holder that was
+    killed) is read again for up to ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        for inside in (False, True):
+            entry = _read(lock_paths(directory, inside)[1])
+            if entry is not None and _running(entry):
+                return entry
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("pid"), int) else None
+
+
+def _running(entry: dict[str, Any]) -> bool:
+    if entry.get("host") != socket.gethostname() or os.name != "posix":
+        return True  # cannot tell: another machine's process (or no os.kill(pid, 0) here)
+    try:
+        os.kill(entry["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process
+    return True
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str | os.PathLike, what: str, flag: str) -> Iterator[Path]:
+    """Hold ``directory``'s lock while the block runs (yields the lock file). ``what`` names this writer ("training
+    run", "evaluation"), ``flag`` the option that chose the directory: a second writer gets a one-line
+    :class:`ConfigError` naming the holder's PID and what it is; a lock that cannot be created is one line too."""
+    from filelock import Timeout
+
+    out = Path(directory).resolve()
+    path, pid_path = lock_paths(out)
+    try:  # filelock's Timeout is an OSError: caught first
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _acquire(path)
+    except Timeout:
+        raise ConfigError(_refusal(out, path, what, flag)) from None
+    except OSError as e:
+        if e.errno not in _UNWRITABLE or not out.is_dir() or path.exists():
+            raise ConfigError(f"cannot create the lock {path} beside {flag} {out} ({e.strerror or e}); choose a "
+                              f"{flag} whose parent directory is writable") from None  # fmt: skip
+        path, pid_path = lock_paths(out, inside=True)  # e.g. a mounted volume under a read-only root
+        try:
+            lock = _acquire(path)
+        except Timeout:
+            raise ConfigError(_refusal(out, path, what, flag)) from None
+        except OSError as e2:
+            raise ConfigError(f"cannot create the lock {path} in {flag} {out} ({e2.strerror or e2})") from None
+    try:
+        if lock.lock_counter == 1:
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what}
+            pid_path.write_text(json.dumps(me) + "\n")
+        yield path
+    finally:
+        if lock.lock_counter == 1:
+            pid_path.unlink(missing_ok=True)  # while still holding it: a next holder's entry is never deleted
+        lock.release()
+
+
+def _acquire(path: Path) -> Any:
+    """Take the lock file ``path`` now or raise :class:`filelock.Timeout` (re-entrant in this process)."""
+    from filelock import FileLock
+
+    if str(path) not in _LOCKS:
+        _LOCKS[str(path)] = FileLock(str(path), timeout=0)
+    lock = _LOCKS[str(path)]
+    lock.acquire()
+    return lock
+
+
+def _refusal(out: Path, path: Path, what: str, flag: str) -> str:
+    entry = holder(out) or {}
+    if isinstance(entry.get("pid"), int):
+        by = f"PID {entry['pid']}"
+        if entry.get("host") not in (None, socket.gethostname()):
+            by += f" on {entry['host']}"
+    else:
+        by = "a process that has not recorded its PID"
+    return (
+        f"{out} is being written by another {entry.get('what') or what} (lock: {path}) held by {by}; wait for it to "
+        f"finish or choose another {flag}"
+    )
