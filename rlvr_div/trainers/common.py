@@ -16,6 +16,7 @@ from trl.trainer.utils import nanstd
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
+from rlvr_div.trainers import trl_seam
 
 
 def group_advantages(
@@ -92,13 +93,13 @@ def log_group_diversity(trainer: Any, valid: torch.Tensor, completions: list[Any
     texts = gather_object([completion_text(c).strip() for c in completions])
     stats = group_diversity(valid.cpu(), texts, group)
     for name, value in stats.items():
-        trainer._metrics[mode][f"diversity/{name}"].append(value)
+        trl_seam.metrics(trainer, mode)[f"diversity/{name}"].append(value)
     return stats
 
 
 def replace_advantages(trainer: Any, advantages: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
     """This process's slice of gathered advantages (N,), which also replace the ones TRL logged last for the batch."""
-    logged = trainer._logs["advantages"]  # TRL logged the unshaped advantages of this batch last: replace them
+    logged = trl_seam.logged_advantages(trainer)  # TRL logged the unshaped advantages of this batch last: replace them
     for _ in range(min(advantages.numel(), len(logged))):
         logged.pop()
     logged.extend(advantages.tolist())

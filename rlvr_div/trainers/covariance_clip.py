@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, global_masked_mean
 from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
 
@@ -261,7 +262,7 @@ class CovariancePlugin(GRPOPlugin):
         def restricted(model: Any, inputs: dict[str, Any]) -> torch.Tensor:
             if not trainer.model.training:
                 return loss(model, inputs)
-            train = trainer._metrics["train"]
+            train = trl_seam.metrics(trainer, "train")
             log = lambda name, x, mask: train[name].append(global_masked_mean(trainer, x, mask))  # noqa: E731
             return self.penalty.loss(model, inputs, loss, lambda *a: aggregate(trainer, *a), log)
 

@@ -59,6 +59,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import check_validity_reward_index
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, log_group_diversity, policy_logps_no_grad, replace_advantages
 from rlvr_div.trainers.entropy_bonus import entropy_bonus
 
@@ -337,7 +338,7 @@ class DPGTrainer(GRPOTrainer):
         return output
 
     def _log_dpg(self, batch: DPGBatch, valid: torch.Tensor, mode: str) -> None:
-        metrics = self._metrics[mode]
+        metrics = trl_seam.metrics(self, mode)
         has_valid = valid.view(batch.log_z.numel(), -1).any(dim=1)
         metrics["dpg/z_mean"].append(batch.log_z.exp().mean().item())
         metrics["dpg/no_valid_frac"].append((~has_valid).float().mean().item())
@@ -369,13 +370,13 @@ class DPGTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
-        if self._entropy_bonus_enabled:  # TRL's entropy bonus, which this loss replaces (entropy_bonus.py)
+        if trl_seam.entropy_bonus_enabled(self):  # TRL's entropy bonus, which this loss replaces (entropy_bonus.py)
             loss = loss - entropy_bonus(self, entropies, mask)
         totals = self.accelerator.reduce(
             torch.stack([(entropies.detach() * mask).sum(), mask.sum().float()]), reduction="sum"
         )
-        self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        trl_seam.metrics(self, mode)["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         if old_seq is not None:
             w = torch.exp((seq.detach() - old_seq).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-            self._metrics[mode]["dpg/is_weight_mean"].append(self.accelerator.gather(w).mean().item())
+            trl_seam.metrics(self, mode)["dpg/is_weight_mean"].append(self.accelerator.gather(w).mean().item())
         return loss

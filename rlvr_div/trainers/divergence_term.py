@@ -30,6 +30,7 @@ import torch
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, completion_mask, global_masked_mean
 from rlvr_div.trainers.plugin import GRPOPlugin
 
@@ -154,7 +155,7 @@ class DivergenceTerm(GRPOPlugin):
         per_token = token_divergence(
             name, logps, inputs["ref_per_token_logps"], source="policy", **args.divergence_params()
         )
-        metrics = trainer._metrics["train" if trainer.model.training else "eval"]
+        metrics = trl_seam.metrics(trainer, "train" if trainer.model.training else "eval")
         if args.divergence_gradient == "ratio":
             metrics[f"divergence/{name}_unweighted"].append(global_masked_mean(trainer, per_token.detach(), mask))
             per_token = per_token * self.importance_ratio(logps, inputs, mask)

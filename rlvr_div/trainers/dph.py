@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
 
 
@@ -192,7 +193,7 @@ class Rehearsal(GRPOPlugin):
         tokens = completion_mask.sum().clamp(min=1.0)
         value = (per_token * completion_mask).sum() / tokens
         nll = -(logps.detach() * completion_mask).sum() / tokens
-        metrics = trainer._metrics["train"]
+        metrics = trl_seam.metrics(trainer, "train")
         metrics[f"rehearsal/{name}"].append(trainer.accelerator.gather(value.detach()).mean().item())
         metrics["rehearsal/nll"].append(trainer.accelerator.gather(nll).mean().item())
         return value / trainer.current_gradient_accumulation_steps

@@ -22,6 +22,7 @@ import torch
 from trl import GRPOConfig
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 
 ADAPTIVE_KEYS = ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
 
@@ -56,7 +57,8 @@ def check_entropy_bonus(training: Any, trainer: str) -> None:
 
 def entropy_bonus(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """c·H̄ for a GRPOTrainer subclass whose loss replaces TRL's (subtract it from the loss), with TRL's semantics
-    and controller state (``trainer.entropy_coef``, ``_last_world_entropy``, ``_entropy_window_stats``).
+    and controller state (``trainer.entropy_coef``, TRL's ``_last_world_entropy`` and ``_entropy_window_stats``, read
+    and written through :mod:`rlvr_div.trainers.trl_seam`).
 
     H̄ = Σ_t H_t·m_t / Σ_t m_t over this micro-batch, divided by the accumulation steps in training. Adaptive mode:
     c is the coefficient from the end of the previous optimizer step, gated on that step's entropy ≤ target; the
@@ -69,20 +71,20 @@ def entropy_bonus(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor) -> 
     accumulation = trainer.current_gradient_accumulation_steps if mode == "train" else 1.0
     mean_entropy = (entropies * m).sum() / m.sum().clamp(min=1.0) / accumulation
     if trainer.use_adaptive_entropy:
-        coef = trainer.entropy_coef if trainer._last_world_entropy <= args.entropy_target else 0.0
+        coef = trainer.entropy_coef if trl_seam.last_world_entropy(trainer) <= args.entropy_target else 0.0
     else:
         coef = trainer.entropy_coef
     if trainer.use_adaptive_entropy and mode == "train":
         stats = torch.stack([(entropies * m).sum(), m.sum()]).detach()
-        window = trainer._entropy_window_stats
-        trainer._entropy_window_stats = stats if window is None else window + stats
+        window = trl_seam.entropy_window(trainer)
+        trl_seam.set_entropy_window(trainer, stats if window is None else window + stats)
         if trainer.accelerator.sync_gradients:
-            totals = trainer.accelerator.reduce(trainer._entropy_window_stats, reduction="sum")
+            totals = trainer.accelerator.reduce(trl_seam.entropy_window(trainer), reduction="sum")
             world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
             step = args.entropy_coef_delta if world_entropy <= args.entropy_target else -args.entropy_coef_delta
             trainer.entropy_coef = min(max(trainer.entropy_coef + step, args.entropy_coef_min), args.entropy_coef_max)
-            trainer._last_world_entropy = world_entropy
-            trainer._entropy_window_stats = None
+            trl_seam.set_last_world_entropy(trainer, world_entropy)
+            trl_seam.set_entropy_window(trainer, None)
     if mode == "train" and trainer.accelerator.sync_gradients:
-        trainer._metrics[mode]["entropy_coef"].append(trainer.entropy_coef)
+        trl_seam.metrics(trainer, mode)["entropy_coef"].append(trainer.entropy_coef)
     return coef * mean_entropy

@@ -37,6 +37,7 @@ from accelerate.utils import gather_object
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 STATE_FILE = "outcome_counts.json"
@@ -213,7 +214,7 @@ class OutcomeExploration(RewardShaping):
             rewards, trainer.num_generations, args.outcome_bonus_coef, args.outcome_penalty_coef
         )
         for name, value in stats.items():
-            trainer._metrics["train"][name].append(value)
+            trl_seam.metrics(trainer, "train")[name].append(value)
         return shaped
 
     def save(self, checkpoint: Path) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import group_advantages, sampling_logps, sequence_logps
 from rlvr_div.trainers.plugin import GRPOPlugin
 
@@ -94,7 +95,7 @@ class SequenceKL(GRPOPlugin):
             return None
         mask = out["completion_mask"]
         log_ratio = sequence_logps(trainer, sampling_logps(trainer, out) - out["ref_per_token_logps"], mask)
-        trainer._metrics["train"]["sequence_kl/k1"].append(log_ratio.mean().item())
+        trl_seam.metrics(trainer, "train")["sequence_kl/k1"].append(log_ratio.mean().item())
         rewards, weights = penalised_rewards(
             trainer.gathered_rewards, trainer.reward_weights.to(log_ratio.device), log_ratio,
             trainer.args.sequence_kl_coef,

@@ -17,6 +17,7 @@ import torch
 
 from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
+from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
 
 BETA_SCHEDULES = ("constant", "validity_target")
@@ -102,8 +103,9 @@ class ValidityTarget(GRPOPlugin):
         if not trainer.model.training:
             return
         trainer.beta = self.controller.update(stats["valid_rate"], valid.numel())
-        trainer._metrics["train"]["controller/beta"].append(trainer.beta)
-        trainer._metrics["train"]["controller/running_validity"].append(self.controller.running_validity)
+        metrics = trl_seam.metrics(trainer, "train")
+        metrics["controller/beta"].append(trainer.beta)
+        metrics["controller/running_validity"].append(self.controller.running_validity)
 
     def save(self, checkpoint: Path) -> None:
         tmp = checkpoint / (CONTROLLER_STATE + ".tmp")
