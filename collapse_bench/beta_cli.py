@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
     if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no β study to report on")
-    with benchmark_lock(out):
+    with benchmark_lock(out, "β study"):
         if not args.report_only:
             run_study(study, out, fresh=args.fresh, progress=not args.quiet)
         toy = toy_reference(out, sorted(study.betas, reverse=True))

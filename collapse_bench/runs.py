@@ -340,34 +340,15 @@ def select(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     return best[1], scores
 
 
-_LOCKS: dict[str, Any] = {}
-
-
 @contextlib.contextmanager
-def benchmark_lock(out: Path) -> Iterator[None]:
-    """Hold ``.<name>.lock`` beside the output directory (outside it, so ``--fresh`` cannot delete it) while this
-    process writes a benchmark there: a second benchmark on the same directory fails in one line instead of
-    interleaving its runs and reports with the first. Re-entrant within a process."""
-    from filelock import FileLock, Timeout
+def benchmark_lock(out: Path, what: str = "collapse benchmark") -> Iterator[None]:
+    """Hold ``out``'s directory lock (:func:`rlvr_div.run_lock.directory_lock`: ``.<name>.lock`` beside it, outside
+    it so ``--fresh`` cannot delete it) while this process writes a study there: a second one on the same directory
+    fails in one line naming the holder's PID instead of interleaving its runs and reports with the first."""
+    from rlvr_div.run_lock import directory_lock
 
-    out = out.resolve()
-    path = out.parent / f".{out.name}.lock"
-    if str(path) not in _LOCKS:
-        _LOCKS[str(path)] = FileLock(str(path), timeout=0)
-    lock = _LOCKS[str(path)]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-    except Timeout:
-        raise ConfigError(f"{out} is being written by another collapse benchmark (lock: {path}); wait for it to "
-                          "finish or choose another --out") from None  # fmt: skip
-    except OSError as e:
-        raise ConfigError(f"cannot create the lock {path} beside --out {out} ({e.strerror or e}); choose an --out "
-                          "whose parent directory is writable") from None  # fmt: skip
-    try:
+    with directory_lock(out, what, "--out"):
         yield
-    finally:
-        lock.release()
 
 
 def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bool = True,

@@ -156,7 +156,8 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(ConfigError, match=r"being written by another collapse benchmark \(lock: .*\.out\.lock\)"):
+        with pytest.raises(ConfigError, match=rf"being written by another collapse benchmark \(lock: .*\.out\.lock\) "
+                           rf"held by PID {holder.pid};"):  # fmt: skip
             run_benchmark(load_benchmark(SMOKE), out, progress=False)
         with pytest.raises(ConfigError, match="being written by another collapse benchmark"):
             collapse_main(["--config", str(SMOKE), "--out", str(out), "--fresh"])
