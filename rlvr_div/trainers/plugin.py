@@ -40,6 +40,7 @@ PLUGIN_MODULES = (
     "rlvr_div.trainers.passk_advantage",
     "rlvr_div.trainers.outcome_exploration",
     "rlvr_div.trainers.rloo",
+    "rlvr_div.trainers.zero_success",
     "rlvr_div.trainers.sequence_kl",
 )
 
