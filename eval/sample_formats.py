@@ -9,12 +9,16 @@ directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, o
   ``doc``, ``target``, ``arguments`` (the rendered prompt as ``arguments.gen_args_0.arg_0``, or ``[[prompt,
   kwargs]]`` in older versions) and ``resps`` (``[[completion, ...]]``: the raw generations; ``filtered_resps`` are
   the filter's extracted answers, not completions, and are not read). Lines repeated per filter are read once.
+  A GSM8K log (its ``task_name`` or file name says ``gsm8k``, or its ``doc.answer`` holds ``####``) has its gold, the
+  doc's ``answer`` and ``target``, read by GSM8K's own rule (:func:`gsm8k_gold`): lm-eval logs the whole worked
+  solution there, whose last number is not always the answer.
 - ``verl`` — verl's validation dumps (``trainer.validation_data_dir``): a line per sample with ``input`` (the rendered
   prompt), ``output``, ``gts`` (ground truth), ``score`` and ``step``; lines are grouped by ``input`` in file order;
   with several ``step`` values the last one is read.
 - ``plain`` — a line per problem ``{"prompt": ..., "completions": [...]}`` or a line per sample ``{"prompt": ...,
   "completion": ...}`` (grouped by prompt in file order), with the verifier's fields (``answer``, ``target``, …) and
-  optionally ``index``.
+  optionally ``index``. Lines of one problem that disagree on a field are recorded (``conflicts``); reading that
+  field as a verifier column is then refused (:mod:`eval.score_only`).
 
 The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them, else
 the order of first appearance. Nothing here scores: :mod:`eval.score_only` does.
@@ -42,7 +46,8 @@ class ProblemCompletions:
     ``fields``: the problem's own values by name (our ``columns``, lm-eval's ``doc``, a plain line's extra keys);
     ``gold``: the format's single reference answer (verl ``gts``, lm-eval ``target``, plain ``answer``), used for a
     one-column reward when ``fields`` and the task do not give that column; ``num_tokens``/``finish_reasons``: when
-    the file records them (only our own format does)."""
+    the file records them (only our own format does); ``conflicts``: the fields on which two lines of this problem
+    (plain, a line per sample) disagree, each with the error to raise when that field is read."""
 
     index: int
     prompt: Any
@@ -52,6 +57,7 @@ class ProblemCompletions:
     gold: Any = None
     num_tokens: list[int] | None = None
     finish_reasons: list[str] | None = None
+    conflicts: dict[str, str] = field(default_factory=dict)  # field -> one line: two lines of the problem disagree
 
 
 @dataclass
@@ -82,9 +88,10 @@ def resolve_sample_path(text: str) -> Path:
     return path
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers (blank lines skipped)."""
     out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(path.read_text().split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -93,7 +100,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}:{lineno} is not a JSON object")
-        out.append(obj)
+        out.append((lineno, obj))
     if not out:
         raise ConfigError(f"sample file {str(path)!r} is empty")
     return out
@@ -121,10 +128,10 @@ def read_sample_file(text: str) -> SampleFile:
     """Read any supported sample log (:data:`FORMATS`) into problems sorted by index; one-line errors."""
     path = resolve_sample_path(text)
     lines = _lines(path)
-    fmt = detect_format(lines[0], path)
+    fmt = detect_format(lines[0][1], path)
     step = None
     if fmt == "rlvr_div":
-        problems = [_from_ours(obj, path) for obj in lines]
+        problems = [_from_ours(obj, path) for _, obj in lines]
     elif fmt == "lm_eval":
         problems = _from_lm_eval(lines, path)
     elif fmt == "verl":
@@ -172,9 +179,28 @@ def _lm_eval_prompt(arguments: Any) -> str | None:
     return None
 
 
-def _from_lm_eval(lines: list[dict[str, Any]], path: Path) -> list[ProblemCompletions]:
+GSM8K_MARK = "####"  # GSM8K's worked solutions end with "#### <answer>"
+
+
+def gsm8k_gold(answer: Any) -> Any:
+    """GSM8K's gold by the dataset's own rule (as ``--task gsm8k`` reads it): the text after the last ``####``,
+    stripped, commas removed (``"... #### 1,234"`` -> ``"1234"``); a non-string is returned as it is."""
+    if not isinstance(answer, str):
+        return answer
+    return answer.split(GSM8K_MARK)[-1].strip().replace(",", "")
+
+
+def _is_gsm8k(task: Any, doc: dict[str, Any]) -> bool:
+    """Whether an lm-eval line is GSM8K's: its task name says so, or its doc's ``answer`` is a worked solution."""
+    if isinstance(task, str) and "gsm8k" in task.lower():
+        return True
+    return isinstance(doc.get("answer"), str) and GSM8K_MARK in doc["answer"]
+
+
+def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[ProblemCompletions]:
     out: dict[int, ProblemCompletions] = {}
-    for obj in lines:
+    file_task = path.name if "gsm8k" in path.name.lower() else None  # lm-eval names it samples_<task>_<time>.jsonl
+    for _lineno, obj in lines:
         index = int(obj["doc_id"])
         if index in out:  # the same document logged once per filter: the raw generations are the same
             continue
@@ -184,22 +210,26 @@ def _from_lm_eval(lines: list[dict[str, Any]], path: Path) -> list[ProblemComple
         flat = [c for group in resps for c in (group if isinstance(group, list) else [group])]
         text = _lm_eval_prompt(obj.get("arguments"))
         doc = obj.get("doc") if isinstance(obj.get("doc"), dict) else {}
+        fields, gold = dict(doc), obj.get("target")
+        if _is_gsm8k(obj.get("task_name") or file_task, doc):
+            if "answer" in fields:
+                fields["answer"] = gsm8k_gold(fields["answer"])
+            gold = gsm8k_gold(gold)
         out[index] = ProblemCompletions(
             index=index,
             prompt=text,
             prompt_text=text,
             completions=_strings(flat, path, f"doc_id {index}'s resps"),
-            fields=dict(doc),
-            gold=obj.get("target"),
+            fields=fields,
+            gold=gold,
         )
     return list(out.values())
 
 
-def _from_verl(lines: list[dict[str, Any]], path: Path) -> tuple[list[ProblemCompletions], Any]:
-    steps = [obj.get("step") for obj in lines]
-    step = steps[-1]
+def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[list[ProblemCompletions], Any]:
+    step = lines[-1][1].get("step")
     groups: dict[str, ProblemCompletions] = {}
-    for obj in lines:
+    for _lineno, obj in lines:
         if obj.get("step") != step:
             continue
         prompt = obj["input"]
@@ -213,9 +243,17 @@ def _from_verl(lines: list[dict[str, Any]], path: Path) -> tuple[list[ProblemCom
     return list(groups.values()), step
 
 
-def _from_plain(lines: list[dict[str, Any]], path: Path) -> list[ProblemCompletions]:
+def _short(prompt: Any, limit: int = 80) -> str:
+    """A prompt as it is named in a one-line message (messages as JSON; cut to ``limit`` characters)."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _from_plain(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[ProblemCompletions]:
     groups: dict[str, ProblemCompletions] = {}
-    for lineno, obj in enumerate(lines, 1):
+    first_line: dict[str, int] = {}
+    for lineno, obj in lines:
         key = json.dumps(obj["prompt"], sort_keys=True) if "index" not in obj else f"#{obj['index']}"
         extra = {k: v for k, v in obj.items() if k not in ("prompt", "completions", "completion", "index")}
         if "completions" in obj:
@@ -228,8 +266,34 @@ def _from_plain(lines: list[dict[str, Any]], path: Path) -> list[ProblemCompleti
             index = int(obj["index"]) if "index" in obj else len(groups)
             text = obj["prompt"] if isinstance(obj["prompt"], str) else None
             groups[key] = ProblemCompletions(index, obj["prompt"], [], text, extra, obj.get("answer"))
+            first_line[key] = lineno
+        else:
+            _record_conflicts(groups[key], extra, path, lineno, first_line[key])
         groups[key].completions += new
     return list(groups.values())
+
+
+_ABSENT = object()
+
+
+def _record_conflicts(problem: ProblemCompletions, extra: dict[str, Any], path: Path, lineno: int, first: int) -> None:
+    """Note each field on which line ``lineno`` disagrees with the problem's first line (``first``)."""
+    for name in dict.fromkeys([*problem.fields, *extra]):
+        was, now = problem.fields.get(name, _ABSENT), extra.get(name, _ABSENT)
+        if was == now or name in problem.conflicts:
+            continue
+        here = "no value" if now is _ABSENT else f"{name}={_cut(now)}"
+        there = "no value" if was is _ABSENT else f"{name}={_cut(was)}"
+        problem.conflicts[name] = (
+            f"{path}:{lineno}: prompt {_short(problem.prompt)} has {here} here but {there} on line {first}; the "
+            f"lines of one prompt are one problem and must agree on its {name!r} (give each problem its own prompt "
+            "or index, or fix the gold)"
+        )
+
+
+def _cut(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------------- writing lm-eval's

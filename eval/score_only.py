@@ -10,12 +10,16 @@ The verifier's columns of a problem come, in this order, from: the file's own va
 ``columns``, a plain line's keys); the task's row of the same index (``--task``; formats that carry an index: ours,
 lm-eval's ``doc_id``, plain lines with ``index``); lm-eval's ``doc``; the format's single reference answer (verl
 ``gts``, lm-eval ``target``, plain ``answer``) when the reward reads one column. A problem for which none gives a
-column is a one-line error before anything is scored.
+column is a one-line error before anything is scored, and so is a column read from a plain file whose lines of one
+problem disagree on it (two golds for one prompt). A gold answer (column ``answer``) that is not a bare answer (a
+worked solution: several lines, ``####``, or over :data:`BARE_ANSWER_CHARS` characters) is scored as it is, and named
+in one ``warning:`` line on stderr: the verifier may read the wrong number from it.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,8 @@ SCORED_FILE = "scored_from.json"  # in OUT/NAME: where the scored completions ca
 _INDEXED = ("rlvr_div", "lm_eval", "plain")
 # what a sampled run's config says about how the completions were made, carried into a re-scored run's results
 _SAMPLED_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "seed", "backend", "chat_template")
+GOLD_COLUMN = "answer"  # the column that holds a reference answer (math, arith); checked for being a bare answer
+BARE_ANSWER_CHARS = 200
 
 
 @dataclass
@@ -66,12 +72,14 @@ def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: 
     out: dict[str, Any] = {}
     for column in reward.columns:
         if fmt in ("rlvr_div", "plain") and column in problem.fields:
+            _agreed(problem, column)
             out[column] = problem.fields[column]
         elif row is not None and column in row:
             out[column] = row[column]
         elif column in problem.fields:
             out[column] = problem.fields[column]
         elif len(reward.columns) == 1 and problem.gold is not None:
+            _agreed(problem, "answer")  # a plain line's gold is its answer
             out[column] = problem.gold
         else:
             raise ConfigError(
@@ -81,11 +89,51 @@ def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: 
     return out
 
 
+def _agreed(problem: Any, name: str) -> None:
+    """One line when the lines of ``problem`` disagree on field ``name`` (read as a verifier column)."""
+    conflict = problem.conflicts.get(name)
+    if conflict is not None:
+        raise ConfigError(conflict)
+
+
+def is_bare_answer(gold: Any) -> bool:
+    """Whether a gold answer is a final answer rather than a worked solution: not text, or one line without GSM8K's
+    ``####`` of at most :data:`BARE_ANSWER_CHARS` characters."""
+    if not isinstance(gold, str):
+        return True
+    text = gold.strip()
+    return "\n" not in text and "####" not in text and len(text) <= BARE_ANSWER_CHARS
+
+
 def check_columns(source: ScoredSource, reward: Any, dataset: Any, limit: int | None) -> None:
     """Every problem of ``source`` (the first ``limit``) has the reward's columns and, where it is matched by index,
-    a task row; before anything is scored."""
+    a task row; before anything is scored. Gold answers that are not bare answers are named in one warning line."""
+    not_bare = []
     for problem in _problems(source, limit):
-        problem_columns(problem, reward, _row(source, dataset, problem.index), source.file.format)
+        try:
+            columns = problem_columns(problem, reward, _row(source, dataset, problem.index), source.file.format)
+        except ConfigError as e:
+            if str(e).startswith("--samples "):
+                raise
+            raise ConfigError(f"--samples {source.name}: {e}") from None
+        if not is_bare_answer(columns.get(GOLD_COLUMN)):
+            not_bare.append((problem, columns[GOLD_COLUMN]))
+    if not_bare:
+        problem, gold = not_bare[0]
+        more = f" (and {len(not_bare) - 1} more)" if len(not_bare) > 1 else ""
+        print(
+            f"warning: --samples {source.name}: the gold {GOLD_COLUMN!r} of problem {problem.index} "
+            f"({_cut(problem.prompt)}) is not a bare answer{more}: {_cut(gold)}; it is scored as it is, and the "
+            "verifier may read the wrong number from it: give final answers, or pass --task to read them from the task",
+            file=sys.stderr,
+        )
+
+
+def _cut(value: Any, limit: int = 60) -> str:
+    """``value`` (text, or JSON for chat messages) on one line, cut to ``limit`` characters, quoted."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _problems(source: ScoredSource, limit: int | None) -> list[Any]:
