@@ -41,6 +41,7 @@ PLUGIN_MODULES = (
     "rlvr_div.trainers.outcome_exploration",
     "rlvr_div.trainers.rloo",
     "rlvr_div.trainers.zero_success",
+    "rlvr_div.trainers.differential_smoothing",
     "rlvr_div.trainers.sequence_kl",
 )
 
