@@ -20,14 +20,19 @@ directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, o
   optionally ``index``. Lines of one problem that disagree on a field are recorded (``conflicts``); reading that
   field as a verifier column is then refused (:mod:`eval.score_only`).
 
-The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them, else
-the order of first appearance. Nothing here scores: :mod:`eval.score_only` does.
+The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them (whole
+numbers >= 0), else the order of first appearance. Files are UTF-8 JSONL (a leading byte-order mark is skipped); a
+line that is not UTF-8, not a JSON object, lacks its format's keys, or holds text that is not Unicode (a lone UTF-16
+surrogate such as ``"\\ud800"``, which could not be written back) is a one-line :class:`ConfigError` naming the file
+and line. Nothing here scores: :mod:`eval.score_only` does.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,10 @@ from eval.records import SAMPLES_FILE
 from rlvr_div.errors import ConfigError
 
 FORMATS = ("rlvr_div", "lm_eval", "verl", "plain")
+# the keys every line of a format must have (plain: also completions or completion)
+REQUIRED_KEYS = {"rlvr_div": ("index", "completions"), "lm_eval": ("doc_id", "resps"), "verl": ("input", "output"),
+                 "plain": ("prompt",)}  # fmt: skip
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON's escape of half a UTF-16 pair
 LM_EVAL_FILE = "samples_lm_eval.jsonl"  # --lm-eval-log: a model's samples in lm-eval's schema
 
 
@@ -47,7 +56,8 @@ class ProblemCompletions:
     ``gold``: the format's single reference answer (verl ``gts``, lm-eval ``target``, plain ``answer``), used for a
     one-column reward when ``fields`` and the task do not give that column; ``num_tokens``/``finish_reasons``: when
     the file records them (only our own format does); ``conflicts``: the fields on which two lines of this problem
-    (plain, a line per sample) disagree, each with the error to raise when that field is read."""
+    (plain, a line per sample) disagree, each with the error to raise when that field is read; ``line``: the file
+    line the problem starts on."""
 
     index: int
     prompt: Any
@@ -58,6 +68,7 @@ class ProblemCompletions:
     num_tokens: list[int] | None = None
     finish_reasons: list[str] | None = None
     conflicts: dict[str, str] = field(default_factory=dict)  # field -> one line: two lines of the problem disagree
+    line: int = 0
 
 
 @dataclass
@@ -89,9 +100,20 @@ def resolve_sample_path(text: str) -> Path:
 
 
 def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a JSONL file with their line numbers (blank lines skipped)."""
+    """The JSON objects of a UTF-8 JSONL file with their line numbers (blank lines skipped, a leading byte-order
+    mark ignored); one-line errors naming the line."""
+    data = path.read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
     out = []
-    for lineno, line in enumerate(path.read_text().split("\n"), 1):
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"{path}:{lineno} is not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); convert the "
+                "file to UTF-8"
+            ) from None
         if not line.strip():
             continue
         try:
@@ -100,10 +122,54 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
         if not isinstance(obj, dict):
             raise ConfigError(f"{path}:{lineno} is not a JSON object")
+        if _SURROGATE_ESCAPE.search(line):
+            bad = _lone_surrogate(obj)
+            if bad is not None:
+                raise ConfigError(
+                    f"{path}:{lineno} holds a lone surrogate {bad} (half of a UTF-16 pair), which is not Unicode text "
+                    "and cannot be written back: fix or drop the line"
+                )
         out.append((lineno, obj))
     if not out:
         raise ConfigError(f"sample file {str(path)!r} is empty")
     return out
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a parsed JSON value, as its escape (``\\ud800``), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"\\u{ord(value[e.start]):04x}"
+        return None
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else []
+    for item in items:
+        found = _lone_surrogate(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_keys(lines: list[tuple[int, dict[str, Any]]], fmt: str, path: Path) -> None:
+    """Every line has the keys of format ``fmt`` (the first line's)."""
+    needed = REQUIRED_KEYS[fmt]
+    for lineno, obj in lines:
+        missing = [k for k in needed if k not in obj]
+        if fmt == "plain" and "completions" not in obj and "completion" not in obj:
+            missing.append("completions")
+        if missing:
+            raise ConfigError(
+                f"{path}:{lineno} has no {missing[0]!r}; every line of this {fmt} sample file needs "
+                + ", ".join(needed + (("completions or completion",) if fmt == "plain" else ()))
+            )
+
+
+def _index(value: Any, path: Path, lineno: int, key: str = "index") -> int:
+    """A problem index from a file: a whole number >= 0 (not text, a fraction, a boolean or null)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{path}:{lineno}: {key} {value!r} is not a problem index (a whole number >= 0)")
+    return value
 
 
 def detect_format(first: dict[str, Any], path: Path) -> str:
@@ -129,42 +195,53 @@ def read_sample_file(text: str) -> SampleFile:
     path = resolve_sample_path(text)
     lines = _lines(path)
     fmt = detect_format(lines[0][1], path)
+    _check_keys(lines, fmt, path)
     step = None
     if fmt == "rlvr_div":
-        problems = [_from_ours(obj, path) for _, obj in lines]
+        problems = [_from_ours(obj, path, lineno) for lineno, obj in lines]
     elif fmt == "lm_eval":
         problems = _from_lm_eval(lines, path)
     elif fmt == "verl":
         problems, step = _from_verl(lines, path)
     else:
         problems = _from_plain(lines, path)
-    problems.sort(key=lambda p: p.index)
-    seen: set[int] = set()
-    for p in problems:
+    seen: dict[int, int] = {}
+    for p in problems:  # in file order
         if p.index in seen:
-            raise ConfigError(f"{path}: problem index {p.index} appears twice")
-        seen.add(p.index)
+            raise ConfigError(f"{path}:{p.line}: problem index {p.index} appears twice (first on line {seen[p.index]})")
+        seen[p.index] = p.line
         if not p.completions:
-            raise ConfigError(f"{path}: problem {p.index} has no completions")
+            raise ConfigError(f"{path}:{p.line}: problem {p.index} has no completions")
+    problems.sort(key=lambda p: p.index)
     return SampleFile(path, fmt, problems, step)
 
 
-def _strings(values: Iterable[Any], path: Path, where: str) -> list[str]:
-    out = list(values)
-    if not all(isinstance(c, str) for c in out):
-        raise ConfigError(f"{path}: {where} must be a list of strings (completions)")
-    return out
+def _strings(values: Any, path: Path, lineno: int, where: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(c, str) for c in values):
+        raise ConfigError(f"{path}:{lineno}: {where} must be a list of strings (completions)")
+    return list(values)
 
 
-def _from_ours(obj: dict[str, Any], path: Path) -> ProblemCompletions:
+def _text(value: Any, path: Path, lineno: int, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}:{lineno}: {key} must be a string (a completion)")
+    return value
+
+
+def _from_ours(obj: dict[str, Any], path: Path, lineno: int) -> ProblemCompletions:
+    index = _index(obj["index"], path, lineno)
+    columns = obj.get("columns") or {}
+    if not isinstance(columns, dict):
+        raise ConfigError(f"{path}:{lineno}: columns must be a mapping of the verifier's columns to values")
     return ProblemCompletions(
-        index=int(obj["index"]),
+        index=index,
         prompt=obj.get("prompt"),
-        completions=_strings(obj["completions"], path, f"problem {obj['index']}'s completions"),
+        completions=_strings(obj["completions"], path, lineno, f"problem {index}'s completions"),
         prompt_text=obj.get("prompt_text"),
-        fields=dict(obj.get("columns") or {}),
+        fields=dict(columns),
         num_tokens=obj.get("num_tokens"),
         finish_reasons=obj.get("finish_reasons"),
+        line=lineno,
     )
 
 
@@ -200,13 +277,13 @@ def _is_gsm8k(task: Any, doc: dict[str, Any]) -> bool:
 def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[ProblemCompletions]:
     out: dict[int, ProblemCompletions] = {}
     file_task = path.name if "gsm8k" in path.name.lower() else None  # lm-eval names it samples_<task>_<time>.jsonl
-    for _lineno, obj in lines:
-        index = int(obj["doc_id"])
+    for lineno, obj in lines:
+        index = _index(obj["doc_id"], path, lineno, "doc_id")
         if index in out:  # the same document logged once per filter: the raw generations are the same
             continue
         resps = obj["resps"]
         if not isinstance(resps, list) or not resps:
-            raise ConfigError(f"{path}: doc_id {index} has no resps")
+            raise ConfigError(f"{path}:{lineno}: doc_id {index} has no resps (a list of lists of completions)")
         flat = [c for group in resps for c in (group if isinstance(group, list) else [group])]
         text = _lm_eval_prompt(obj.get("arguments"))
         doc = obj.get("doc") if isinstance(obj.get("doc"), dict) else {}
@@ -219,9 +296,10 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
             index=index,
             prompt=text,
             prompt_text=text,
-            completions=_strings(flat, path, f"doc_id {index}'s resps"),
+            completions=_strings(flat, path, lineno, f"doc_id {index}'s resps"),
             fields=fields,
             gold=gold,
+            line=lineno,
         )
     return list(out.values())
 
@@ -229,17 +307,22 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
 def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[list[ProblemCompletions], Any]:
     step = lines[-1][1].get("step")
     groups: dict[str, ProblemCompletions] = {}
-    for _lineno, obj in lines:
+    for lineno, obj in lines:
         if obj.get("step") != step:
             continue
         prompt = obj["input"]
+        if not isinstance(prompt, str):
+            raise ConfigError(f"{path}:{lineno}: input must be the rendered prompt (a string)")
         if prompt not in groups:
             groups[prompt] = ProblemCompletions(
-                index=len(groups), prompt=prompt, prompt_text=prompt, completions=[], gold=obj.get("gts")
+                index=len(groups), prompt=prompt, prompt_text=prompt, completions=[], gold=obj.get("gts"), line=lineno
             )
         elif obj.get("gts") != groups[prompt].gold:
-            raise ConfigError(f"{path}: two samples of the same input have different gts; cannot group them")
-        groups[prompt].completions += _strings([obj["output"]], path, "output")
+            raise ConfigError(
+                f"{path}:{lineno}: input {_short(prompt)} has other gts than on line {groups[prompt].line}; cannot "
+                "group its samples"
+            )
+        groups[prompt].completions.append(_text(obj["output"], path, lineno, "output"))
     return list(groups.values()), step
 
 
@@ -252,23 +335,22 @@ def _short(prompt: Any, limit: int = 80) -> str:
 
 def _from_plain(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[ProblemCompletions]:
     groups: dict[str, ProblemCompletions] = {}
-    first_line: dict[str, int] = {}
     for lineno, obj in lines:
-        key = json.dumps(obj["prompt"], sort_keys=True) if "index" not in obj else f"#{obj['index']}"
+        if "index" in obj:
+            key = f"#{_index(obj['index'], path, lineno)}"
+        else:
+            key = json.dumps(obj["prompt"], sort_keys=True)
         extra = {k: v for k, v in obj.items() if k not in ("prompt", "completions", "completion", "index")}
         if "completions" in obj:
-            if not isinstance(obj["completions"], list):
-                raise ConfigError(f"{path}:{lineno}: completions must be a list of strings")
-            new = _strings(obj["completions"], path, f"line {lineno}'s completions")
+            new = _strings(obj["completions"], path, lineno, "completions")
         else:
-            new = _strings([obj["completion"]], path, f"line {lineno}'s completion")
+            new = [_text(obj["completion"], path, lineno, "completion")]
         if key not in groups:
-            index = int(obj["index"]) if "index" in obj else len(groups)
+            index = obj["index"] if "index" in obj else len(groups)
             text = obj["prompt"] if isinstance(obj["prompt"], str) else None
-            groups[key] = ProblemCompletions(index, obj["prompt"], [], text, extra, obj.get("answer"))
-            first_line[key] = lineno
+            groups[key] = ProblemCompletions(index, obj["prompt"], [], text, extra, obj.get("answer"), line=lineno)
         else:
-            _record_conflicts(groups[key], extra, path, lineno, first_line[key])
+            _record_conflicts(groups[key], extra, path, lineno, groups[key].line)
         groups[key].completions += new
     return list(groups.values())
 
@@ -320,7 +402,7 @@ def to_lm_eval(record: dict[str, Any], task: str) -> dict[str, Any]:
 
 
 def write_lm_eval(records: Sequence[dict[str, Any]], path: Path, task: str) -> None:
-    """Write ``records`` (ours) as an lm-eval ``--log_samples`` JSONL file."""
-    with open(path, "w") as f:
+    """Write ``records`` (ours) as an lm-eval ``--log_samples`` JSONL file (UTF-8)."""
+    with open(path, "w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(to_lm_eval(record, task), ensure_ascii=False, default=str) + "\n")

@@ -59,12 +59,26 @@ def read_source(name: str, given: str) -> ScoredSource:
     sampled_with = None
     results = sample_file.path.parent / "results.json"
     if sample_file.format == "rlvr_div" and results.is_file():
-        config = json.loads(results.read_text()).get("config", {})
+        config = _read_results(results).get("config") or {}
         if "scored_from" in config:  # scored before: carry what that run knew about the sampling
             sampled_with = config.get("sampled_with")
         else:
             sampled_with = {k: config[k] for k in _SAMPLED_KEYS if k in config}
     return ScoredSource(name, given, sample_file, sampled_with)
+
+
+def _read_results(path: Path) -> dict[str, Any]:
+    """The ``results.json`` beside our own samples (a byte-order mark is skipped); one-line errors."""
+    remedy = "fix or delete it (it only records how the samples were made)"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte at offset {e.start}); {remedy}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{e.lineno} is not valid JSON ({e.msg}); {remedy}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object; {remedy}")
+    return data
 
 
 def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: str) -> dict[str, Any]:
@@ -172,14 +186,18 @@ def score_source(
     t0 = time.perf_counter()
     records = []
     tmp = out_dir / (SAMPLES_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        for p in tqdm(problems, desc=f"{source.name}: scoring", disable=not progress, mininterval=0.5):
-            columns = problem_columns(p, reward, _row(source, dataset, p.index), source.file.format)
-            record = score_completions(
-                p.index, p.prompt, columns, p.completions, reward, p.num_tokens, p.finish_reasons, p.prompt_text
-            )
-            append_line(f, record)
-            records.append(record)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for p in tqdm(problems, desc=f"{source.name}: scoring", disable=not progress, mininterval=0.5):
+                columns = problem_columns(p, reward, _row(source, dataset, p.index), source.file.format)
+                record = score_completions(
+                    p.index, p.prompt, columns, p.completions, reward, p.num_tokens, p.finish_reasons, p.prompt_text
+                )
+                append_line(f, record)
+                records.append(record)
+    except BaseException:  # a failure, or Ctrl-C: no half-written samples.jsonl.tmp is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     (out_dir / CONFIG_FILE).unlink(missing_ok=True)  # these samples were not made by a sampling run into out_dir
     tmp.replace(out_dir / SAMPLES_FILE)
     config = {
