@@ -42,6 +42,7 @@ PLUGIN_MODULES = (
     "rlvr_div.trainers.rloo",
     "rlvr_div.trainers.zero_success",
     "rlvr_div.trainers.differential_smoothing",
+    "rlvr_div.trainers.ucpo",
     "rlvr_div.trainers.sequence_kl",
 )
 
