@@ -102,7 +102,7 @@ def check_ucpo(args: Any) -> None:
             raise ConfigError(f"ucpo_tau={tau} acts only with reward_shaping: ucpo (got {args.reward_shaping!r})")
         return
     if isinstance(tau, bool) or not (isinstance(tau, int | float) and math.isfinite(tau) and 0 < tau <= 1):
-        raise ConfigError(f"ucpo_tau must be in (0, 1] (0 is plain GRPO), got {tau!r}")
+        raise ConfigError(f"ucpo_tau must be a finite number in (0, 1] (0 is plain GRPO), got {tau!r}")
 
 
 class UCPO(RewardShaping):
