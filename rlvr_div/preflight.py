@@ -1,5 +1,6 @@
-"""Pre-load checks that need more than a name lookup: value ranges, the model's hub id and module names, logging
-backends and hub access.
+"""Pre-load checks that need more than a name lookup: value ranges, value types (number keys take finite numbers,
+boolean keys true or false, from YAML and the command line alike), TRL's loss types, the model's hub id and module
+names, logging backends and hub access.
 
 :func:`rlvr_div.recipe.validate` calls these before any model loads; each failure is one :class:`ConfigError` line
 that names the key, the bad value and what is accepted. Nothing here downloads or loads weights: a hub id is looked
@@ -9,12 +10,15 @@ matched against a model built on the meta device from its ``config.json``.
 
 from __future__ import annotations
 
+import argparse
 import collections.abc
 import dataclasses
 import enum
 import math
+import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +173,31 @@ def check_vllm(training: Any) -> None:
         )
 
 
+def trl_loss_types(config_class: type) -> tuple[str, ...]:
+    """The ``loss_type`` values the installed TRL accepts, read from ``config_class`` (GRPOConfig or a subclass): the
+    field's ``Literal`` values or argparse ``choices`` when it has them, else the quoted names in the "Supported values
+    are ..." sentence of its help text. Empty when none of these can be read (the check is then left to TRL)."""
+    found = {f.name: f for f in dataclasses.fields(config_class)}.get("loss_type")
+    if found is None:
+        return ()
+    tp = field_types(config_class).get("loss_type")
+    if typing.get_origin(tp) is typing.Literal:
+        return tuple(typing.get_args(tp))
+    if found.metadata.get("choices"):
+        return tuple(found.metadata["choices"])
+    sentence = re.search(r"Supported values are:?\s*(.*?)\.(?:\s|$)", found.metadata.get("help", ""), re.DOTALL)
+    return tuple(dict.fromkeys(re.findall(r"'([^'\s]+)'", sentence.group(1)))) if sentence else ()
+
+
+def check_loss_type(training: Any) -> None:
+    """``loss_type`` is one TRL knows (TRL checks it only in the first loss computation, after the model loaded and
+    the run's ``recipe.yaml`` was written)."""
+    value = getattr(training, "loss_type", None)
+    accepted = trl_loss_types(type(training)) if value is not None else ()
+    if accepted and value not in accepted:
+        raise ConfigError(f"loss_type={value!r} is not one of TRL's loss types: {', '.join(accepted)}")
+
+
 # --------------------------------------------------------------------------------------------- value types
 
 
@@ -177,9 +206,13 @@ def _union_args(tp: Any) -> tuple[Any, ...] | None:
     return typing.get_args(tp) if origin is typing.Union or origin is types.UnionType else None
 
 
+BOOL_TEXT = ("true", "false")  # the text a boolean key takes (any case), on the command line or quoted in YAML
+
+
 def accepts(value: Any, tp: Any, text_converts: bool = False) -> bool:
     """Whether ``value`` (from YAML) is of type ``tp`` (a field annotation). ``text_converts``: a string is also
-    accepted where the command-line parser converts it (int, float, bool scalars: YAML reads ``1e-4`` as text)."""
+    accepted where the command-line parser converts it (int and float scalars: YAML reads ``1e-4`` as text; bool: only
+    ``true``/``false``, any case)."""
     if tp is Any or tp is object:
         return True
     union = _union_args(tp)
@@ -187,7 +220,9 @@ def accepts(value: Any, tp: Any, text_converts: bool = False) -> bool:
         return any(accepts(value, a, text_converts) for a in union)
     if tp is type(None):
         return value is None
-    if isinstance(value, str) and text_converts and tp in (int, float, bool):
+    if isinstance(value, str) and text_converts and tp is bool:
+        return value.lower() in BOOL_TEXT  # as the command line: true or false, not yes/1/on
+    if isinstance(value, str) and text_converts and tp in (int, float):
         return True
     if tp is bool:
         return isinstance(value, bool)
@@ -270,6 +305,77 @@ def check_recipe_types(recipe: dict[str, Any], classes: tuple[type, ...], where:
         if isinstance(value, str) and accepts([value], tp):
             hint = f" (a list: [{value}])"
         raise ConfigError(f"{where} key {key}={value!r} has the wrong type: it must be {describe_type(tp)}{hint}")
+
+
+def is_finite(value: Any) -> bool:
+    """False for infinity or NaN, or a list holding one; True for anything else."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return not any(isinstance(x, float) and not math.isfinite(x) for x in values)
+
+
+def not_finite(key: str, value: Any) -> str:
+    """The complaint about a number key set to infinity or NaN (its range, when it has one)."""
+    if key in RANGES:
+        return f"{key}={value} is out of range: it must be {RANGES[key]} (a finite number)"
+    return f"{key} must be a finite number, got {value}"
+
+
+def check_finite(configs: tuple[Any, ...], given: list[str]) -> None:
+    """No field of ``configs`` (the parsed recipe) is infinity or NaN. A trainer's own check of its key runs first
+    (while the configs are built) and says more; this one covers every other number key of every trainer. When a
+    given key resolved into others (``divergence_coef`` into ``beta``), the key named is the one ``given`` (the keys
+    the user set, in the order to prefer)."""
+    bad: dict[str, Any] = {}
+    for config in configs:
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name, None)
+            if not is_finite(value):
+                bad.setdefault(f.name, value)
+    if bad:
+        key = next((k for k in given if k in bad), next(iter(bad)))
+        raise ConfigError(not_finite(key, bad[key]))
+
+
+def _kinds(tp: Any) -> set[Any]:
+    """The scalar types a field annotation admits (``float | None`` -> {float, NoneType}; lists: their items')."""
+    union = _union_args(tp)
+    if union is not None:
+        return set().union(*(_kinds(a) for a in union))
+    origin = typing.get_origin(tp)
+    if tp in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
+        args = typing.get_args(tp)
+        return _kinds(args[0]) if args else {Any}
+    return {tp}
+
+
+def strict_converter(
+    tp: Any, key: str, convert: Callable[[str], Any], non_finite: dict[str, str]
+) -> Callable[[str], Any] | None:
+    """A command-line converter for key ``key`` (annotation ``tp``) around ``convert`` (the parser's own): a boolean
+    key takes ``true``/``false`` only (any case; transformers also takes yes/no, 1/0, t/f, y/n, which a YAML recipe
+    may not); a number key that gets infinity or NaN notes it in ``non_finite`` (key -> the text given), so that the
+    trainer's own check of the key may speak first (:func:`check_finite`). None for other keys."""
+    kinds = _kinds(tp) - {type(None)}
+    if kinds == {bool}:
+
+        def boolean(text: str) -> Any:
+            if text.strip().lower() not in (*BOOL_TEXT, "none", "null"):
+                raise argparse.ArgumentTypeError(f"{key}={text!r} is not a boolean: it must be true or false")
+            return convert(text)
+
+        boolean.__name__ = getattr(convert, "__name__", "bool")
+        return boolean
+    if float in kinds and kinds <= {float, int}:
+
+        def finite(text: str) -> Any:
+            value = convert(text)
+            if not is_finite(value):
+                non_finite.setdefault(key, text.strip())
+            return value
+
+        finite.__name__ = getattr(convert, "__name__", "float")
+        return finite
+    return None
 
 
 # --------------------------------------------------------------------------------------------- hub ids

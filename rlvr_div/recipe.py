@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -246,6 +247,36 @@ def _legacy_flag(arg: str, legacy: dict[str, str]) -> str:
     return arg
 
 
+_NUMERIC = ("int", "float")  # converters by name: TRL wraps those of `T | None` keys, keeping the name
+
+
+def _strict_values(parser: Any, classes: tuple[type, ...]) -> dict[str, str]:
+    """Boolean keys take true/false only, on the command line and as YAML text; number keys given infinity or NaN
+    are noted in the returned mapping as they are converted (:func:`rlvr_div.preflight.strict_converter` around the
+    parser's own converters)."""
+    from rlvr_div.preflight import field_types, strict_converter
+
+    types_ = field_types(*classes)
+    non_finite: dict[str, str] = {}
+    for action in parser._actions:
+        if action.type is not None and action.dest in types_:
+            strict = strict_converter(types_[action.dest], action.dest, action.type, non_finite)
+            if strict is not None:
+                action.type = strict
+    return non_finite
+
+
+def _given_keys(argv: list[str], recipe: dict[str, Any]) -> list[str]:
+    """The keys the user set: the command line's first (they override the recipe's), then the recipe's."""
+    cli = [a[2:].partition("=")[0] for a in argv if a.startswith("--")]
+    return list(dict.fromkeys([*cli, *recipe]))
+
+
+def _one_line(message: str) -> str:
+    """argparse's message without its ``argument --key/--alias:`` prefix when the rest names the key itself."""
+    return re.sub(r"^argument [-\w/]+: (?=\w+=)", "", message)
+
+
 def _negative_numbers_as_values(argv: list[str], parser: Any) -> list[str]:
     """``--learning_rate -1e-4`` → the value ``-1e-4``, not an option.
 
@@ -259,7 +290,7 @@ def _negative_numbers_as_values(argv: list[str], parser: Any) -> list[str]:
         if token.startswith("--"):
             name, sep, _ = token.partition("=")
             action = None if sep else parser._option_string_actions.get(name)
-        elif action is not None and token.startswith("-") and action.type in (int, float):
+        elif action is not None and token.startswith("-") and getattr(action.type, "__name__", None) in _NUMERIC:
             try:
                 action.type(token)
             except ValueError:
@@ -298,11 +329,12 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     for key in recipe:
         if key not in known:
             raise ConfigError(f"unknown recipe key {key!r}; {_unknown_key_hint(key)}")
-    from rlvr_div.preflight import check_recipe_types
+    from rlvr_div import preflight
 
-    check_recipe_types(recipe, classes)
+    preflight.check_recipe_types(recipe, classes)
     parser = TrlParser(classes)
     argv = _negative_numbers_as_values(argv, parser)
+    non_finite = _strict_values(parser, classes)  # filled while parsing
 
     def error(message: str) -> None:  # argparse would print the whole usage; we want one line
         raise _OneLineParserError(message)
@@ -318,9 +350,16 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
                 argv, return_remaining_strings=True, separate_remaining_strings=True
             )
     except _OneLineParserError as e:
-        raise ConfigError(str(e)) from None
-    except ValueError as e:
+        raise ConfigError(_one_line(str(e))) from None
+    except ValueError as e:  # ConfigError too: a trainer's own check, which may also be about an infinite value
         raise ConfigError(str(e).strip().splitlines()[0]) from None
+    except ArithmeticError:  # e.g. TrainingArguments' int(logging_steps) of an infinite value
+        cli = _given_keys(argv, {})
+        bad = [(k, non_finite[k]) for k in cli if k in non_finite]
+        bad += [(k, v) for k, v in recipe.items() if k not in cli and not preflight.is_finite(v)]
+        if not bad:
+            raise
+        raise ConfigError(preflight.not_finite(*bad[0])) from None
     unknown = [s for s in list(from_yaml) + list(from_cli) if s.startswith("--")]
     if unknown:
         where = "recipe" if from_yaml else "command line"
@@ -328,6 +367,7 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
         raise ConfigError(f"unknown {where} key {key!r}; {_unknown_key_hint(key)}")
     if from_cli:
         raise ConfigError(f"unexpected command-line value {from_cli[0]!r}")
+    preflight.check_finite((script, training, model), _given_keys(argv, recipe))
     return script, training, model
 
 
@@ -344,6 +384,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div.trainers.reward_shaping import check_shaping_rewards
 
     preflight.check_ranges(script, training, model)
+    preflight.check_loss_type(training)
     if script.data_path and not _takes_data_path(script.task):
         readers = ", ".join(name for name in _task_names() if _takes_data_path(name))
         raise ConfigError(f"task {script.task!r} reads no data, so data_path does not apply; tasks that take a "

@@ -18,13 +18,14 @@ def test_too_few_prompts_for_one_step_is_one_line(tmp_path, no_model_loads):
 
 @pytest.mark.parametrize("value", ["-0.1", "inf"])
 def test_a_negative_or_infinite_beta_is_one_line(tmp_path, value, no_model_loads):
-    """Stock GRPO with a negative KL coefficient would train away from its base; an infinite one fails at step 1."""
+    """Stock GRPO with a negative KL coefficient would train away from its base; an infinite one fails at step 1
+    (refused while parsing, as any non-finite number: tests/test_recipe_checks.py)."""
     from rlvr_div.recipe import validate
 
-    script, training, model = parse_recipe(
-        ["--config", "recipes/tiny/grpo.yaml", "--beta", value, "--output_dir", str(tmp_path / "o")]
-    )
     with pytest.raises(ConfigError, match=f"beta={value} is out of range: it must be >= 0"):
+        script, training, model = parse_recipe(
+            ["--config", "recipes/tiny/grpo.yaml", "--beta", value, "--output_dir", str(tmp_path / "o")]
+        )
         validate(script, training, model)  # the pre-load checks every trainer runs
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.registry import Registry
-from rlvr_div.rewards.base import Reward, completion_text
+from rlvr_div.rewards.base import Reward, check_settings, completion_text
 
 REWARDS: Registry[Callable[..., Reward]] = Registry(
     "reward",
@@ -24,7 +24,8 @@ REWARDS: Registry[Callable[..., Reward]] = Registry(
 
 
 def get_reward(name: str, **settings: Any) -> Reward:
-    """Build the reward registered as ``name`` with ``settings`` (unknown settings raise :class:`ConfigError`).
+    """Build the reward registered as ``name`` with ``settings`` (unknown settings raise :class:`ConfigError`, also
+    for a reward that takes ``**kwargs``: :func:`rlvr_div.rewards.base.check_settings`).
 
     ``package.module:attribute`` names a reward outside the registry (:func:`rlvr_div.rewards.custom.import_reward`):
     a :class:`Reward` subclass or factory, or a plain TRL reward function."""
@@ -33,6 +34,7 @@ def get_reward(name: str, **settings: Any) -> Reward:
 
         return import_reward(name, **settings)
     factory = REWARDS.get(name)
+    check_settings(name, factory, settings)  # a factory or class with **kwargs names its settings too
     try:
         return factory(**settings)
     except TypeError as e:

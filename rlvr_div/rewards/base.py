@@ -6,6 +6,7 @@ gold answer; TRL skips it, evaluation counts it apart). A completion is *valid* 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,51 @@ def check_validity_reward_index(index: int, rewards: Sequence[str]) -> None:
     if not 0 <= index < len(rewards):
         raise ConfigError(
             f"validity_reward_index={index} but the rewards are {list(rewards)} (indices start at 0, one per reward)"
+        )
+
+
+ANY_SETTINGS = "accepts_any_kwargs"  # a reward's attribute: True when its **kwargs takes settings it does not name
+
+
+def named_settings(target: Any) -> tuple[list[str], bool]:
+    """The keyword parameters a reward function or factory, or a reward class's ``__init__`` (following ``**kwargs``
+    up to the base class that names them), takes by name, and whether it also takes any other keyword (a ``**kwargs``
+    that no base class's ``__init__`` resolves)."""
+    classes = target.__mro__ if inspect.isclass(target) else (None,)
+    named: list[str] = []
+    open_ = False
+    for klass in classes:
+        init = target if klass is None else klass.__dict__.get("__init__")
+        if init is None or klass is object:  # object.__init__ names nothing: a **kwargs above it stays open
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # a builtin: nothing to read, left to the call itself
+            return named, False
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        named += [p.name for p in params if p.kind in kinds and p.name != "self" and p.name not in named]
+        open_ = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        if not open_:
+            break
+    return named, open_
+
+
+def check_settings(name: str, target: Any, settings: dict[str, Any], allowed: Sequence[str] | None = None) -> None:
+    """One line for a setting of reward ``name`` that ``target`` (its function, factory or class) does not name
+    (``allowed``: the names it takes, when not all its named parameters). A target that takes ``**kwargs`` would
+    swallow a misspelt setting silently, so it too must name every setting, unless it declares
+    ``accepts_any_kwargs = True``; one without ``**kwargs`` is left to Python's own TypeError."""
+    if not settings or getattr(target, ANY_SETTINGS, False):
+        return
+    named, takes_any = named_settings(target)
+    if allowed is None and not takes_any:
+        return
+    names = list(allowed) if allowed is not None else named
+    unknown = [k for k in settings if k not in names]
+    if unknown:
+        raise ConfigError(
+            f"reward {name!r} takes no setting {unknown[0]!r}; its settings: {', '.join(names) or 'none'} (a reward "
+            f"whose **kwargs takes any setting declares {ANY_SETTINGS} = True)"
         )
 
 

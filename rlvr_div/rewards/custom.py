@@ -7,6 +7,11 @@ plain TRL reward function ``fn(completions, **kwargs) -> list[float | None]``. A
 ``prompts``, ``completions`` and ``completion_ids`` (TRL passes every column as a keyword); its parameters with a
 default are its settings, bound as keywords,
 and it extracts no answer (majority vote and answer diversity then see whole completions).
+
+A setting must be one the reward names: one of its function's parameters with a default, or its factory's or
+its class's ``__init__``'s parameters. A ``**kwargs`` there does not take other
+settings (TRL reward functions have one for the dataset columns, and a misspelt setting would vanish into it) unless
+the function, factory or class sets ``accepts_any_kwargs = True``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.base import Reward
+from rlvr_div.rewards.base import Reward, check_settings
 
 _TRL_ARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
@@ -28,10 +33,11 @@ class FunctionReward(Reward):
     def __init__(self, name: str, fn: Callable[..., Sequence[float | None]], **settings: Any) -> None:
         self.name, self.fn, self._settings = name, fn, dict(settings)
         params = inspect.signature(fn).parameters
-        unknown = [k for k in settings if k not in params and not _takes_kwargs(fn)]
-        if unknown:
-            raise ConfigError(f"reward {name!r} takes no setting {unknown[0]!r}; its parameters: {', '.join(params)}")
-        named = (p for p in params.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        named = [p for p in params.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        # a setting named like a column would reach the function twice
+        check_settings(
+            name, fn, settings, [p.name for p in named if p.name not in _TRL_ARGS and p.default is not p.empty]
+        )
         self.columns = tuple(p.name for p in named if p.name not in _TRL_ARGS and p.default is p.empty)
 
     def settings(self) -> dict[str, Any]:
@@ -43,10 +49,6 @@ class FunctionReward(Reward):
 
     def __call__(self, prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
         return self.fn(prompts=prompts, completions=completions, **kwargs, **self._settings)
-
-
-def _takes_kwargs(fn: Callable[..., Any]) -> bool:
-    return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
 
 
 def import_reward(name: str, **settings: Any) -> Reward:
@@ -63,6 +65,7 @@ def import_reward(name: str, **settings: Any) -> Reward:
     if obj is None:
         raise ConfigError(f"reward {name!r}: module {module_name!r} has no attribute {attr!r}")
     if inspect.isclass(obj) and issubclass(obj, Reward):
+        check_settings(name, obj, settings)
         try:
             return obj(**settings)
         except TypeError as e:
@@ -71,6 +74,7 @@ def import_reward(name: str, **settings: Any) -> Reward:
         raise ConfigError(f"reward {name!r} is not callable")
     if "completions" in inspect.signature(obj).parameters:
         return FunctionReward(name, obj, **settings)
+    check_settings(name, obj, settings)
     try:
         built = obj(**settings)  # a factory
     except TypeError as e:
