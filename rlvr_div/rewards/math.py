@@ -10,8 +10,11 @@
 Extraction is plain string scanning in the calling process, linear in the completion and capped at
 ``max_answer_chars`` (an overlong or unbalanced box has no answer: 0). Parsing and verification run in a
 :class:`~rlvr_div.rewards.workers.DeadlinePool` with a hard per-item deadline, because math-verify's own timeouts use
-``signal.alarm`` (main thread only, and blind to long C calls). Results are cached by (gold, extracted answer), so
-the duplicate answers of a collapsed policy are verified once.
+``signal.alarm`` (main thread only, and blind to long C calls). A batch (one ``score`` call) also has an overall
+budget, ``batch_budget`` seconds (default :data:`BATCH_BUDGET_S`; ``None``: none): answers not verified when it runs
+out score 0 and are counted in one warning, so a batch of hostile answers costs one budget instead of one deadline
+each. Results are cached by (gold, extracted answer), so the duplicate answers of a collapsed policy are verified
+once; answers stopped by the budget are not cached, and a later batch verifies them.
 
 ``math_format`` (no columns): 1 when the completion has a non-empty, balanced ``\\boxed{…}`` of at most
 ``max_answer_chars`` characters, else 0.
@@ -34,6 +37,7 @@ from rlvr_div.rewards.workers import DeadlinePool
 logger = logging.getLogger(__name__)
 
 MAX_ANSWER_CHARS = 1000
+BATCH_BUDGET_S = 60.0  # seconds of verification per score() call; recorded in settings() only when changed
 CACHE_SIZE = 200_000
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character never opens or closes a group
@@ -153,9 +157,11 @@ class MathAccuracy(Reward):
     """``math_accuracy``: 1 when the last ``\\boxed{}`` answer equals column ``answer`` (math-verify), else 0;
     None for an unparsable gold answer.
 
-    Settings: ``deadline`` (s per verification, hard: the worker is killed), ``workers`` (processes; default one
-    per core), ``max_answer_chars``, ``fallback`` (``"none"``: no box means no answer; ``"last_number"``: then the
-    last number of the completion is the answer, as in GSM8K-style evaluation), ``memory_mb`` (per worker).
+    Settings: ``deadline`` (s per verification, hard: the worker is killed), ``batch_budget`` (s for all the
+    verifications of one ``score`` call; the answers not verified by then score 0, with a warning counting them;
+    ``None``: no budget), ``workers`` (processes; default one per core), ``max_answer_chars``, ``fallback``
+    (``"none"``: no box means no answer; ``"last_number"``: then the last number of the completion is the answer, as
+    in GSM8K-style evaluation), ``memory_mb`` (per worker).
     """
 
     name = "math_accuracy"
@@ -169,9 +175,16 @@ class MathAccuracy(Reward):
         fallback: str = "none",
         memory_mb: int | None = 4096,
         cache_size: int = CACHE_SIZE,
+        batch_budget: float | None = BATCH_BUDGET_S,
     ) -> None:
         if deadline <= 0:
             raise ConfigError(f"math_accuracy deadline must be > 0 seconds, got {deadline}")
+        if batch_budget is not None and (
+            isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget < 1e9
+        ):
+            raise ConfigError(
+                f"math_accuracy batch_budget must be a number of seconds > 0 (or null for none), got {batch_budget!r}"
+            )
         if fallback not in FALLBACKS:
             raise ConfigError(f"math_accuracy fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
         if workers is not None and workers < 1:
@@ -182,16 +195,20 @@ class MathAccuracy(Reward):
         self.fallback = fallback
         self.memory_mb = memory_mb
         self.cache_size = int(cache_size)
-        self.stats = {"scored": 0, "verified": 0, "timeouts": 0, "errors": 0}
+        self.batch_budget = None if batch_budget is None else float(batch_budget)
+        self.stats = {"scored": 0, "verified": 0, "timeouts": 0, "errors": 0, "over_budget": 0}
         self._cache: OrderedDict[tuple[str, str | None], float | None] = OrderedDict()
         self._pool: DeadlinePool | None = None
 
     def settings(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "deadline": self.deadline,
             "max_answer_chars": self.max_answer_chars,
             "fallback": self.fallback,
         }
+        if self.batch_budget != BATCH_BUDGET_S:  # the default is left out: evaluations made before it still resume
+            out["batch_budget"] = self.batch_budget
+        return out
 
     @property
     def pool(self) -> DeadlinePool:
@@ -223,8 +240,13 @@ class MathAccuracy(Reward):
                 known[k] = self._cache[k]
             else:
                 todo.append(k)
+        stopped: set[tuple[str, str | None]] = set()
         if todo:
-            for k, (status, value) in zip(todo, self.pool.run(todo)):
+            for k, (status, value) in zip(todo, self.pool.run(todo, budget=self.batch_budget)):
+                if status == "budget":  # not verified: 0 now, not cached
+                    stopped.add(k)
+                    known[k] = 0.0
+                    continue
                 if status != "ok":
                     self.stats["timeouts" if status == "timeout" else "errors"] += 1
                     logger.debug("math verification %s for %r: %s", status, k, value)
@@ -233,7 +255,17 @@ class MathAccuracy(Reward):
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         self.stats["scored"] += len(keys)
-        self.stats["verified"] += len(todo)
+        self.stats["verified"] += len(todo) - len(stopped)
+        if stopped:
+            count = sum(k in stopped for k in keys)
+            self.stats["over_budget"] += count
+            logger.warning(
+                "math_accuracy: %d of %d completions were not verified within the batch budget of %g s "
+                "(batch_budget); they score 0",
+                count,
+                len(keys),
+                self.batch_budget,
+            )
         return [known[k] for k in keys]
 
     def __getstate__(self) -> dict[str, Any]:

@@ -12,6 +12,9 @@ Workers are forked from a *zygote*: a fresh interpreter, started once per proces
 never inherits the state of a training process (CUDA, threads, a heavy ``__main__``), unlike ``fork`` from the
 caller or multiprocessing's ``spawn``/``forkserver``, which re-import the main module in every child. Items are sent
 in small chunks and answered one by one, so the deadline holds per item while the pipe round trip is paid per chunk.
+A batch may also have an overall time ``budget``: when it runs out, the items still queued or in flight are reported
+as ``"budget"`` (the busy workers are killed and replaced), so many hostile items cost one budget, not one deadline
+each.
 The zygote exits when its parent does (its control socket closes) and, on Linux, takes its workers with it
 (``PR_SET_PDEATHSIG``), so no orphan keeps spinning on a hostile input.
 """
@@ -45,7 +48,8 @@ MAX_CHUNK = 32
 
 Outcome = tuple[str, Any]
 """``(status, value)``: status ``"ok"`` (value = the function's result), ``"error"`` (value = the exception as
-text), ``"timeout"`` (the worker overran the deadline and was killed) or ``"died"`` (the worker process died)."""
+text), ``"timeout"`` (the worker overran the deadline and was killed), ``"died"`` (the worker process died) or
+``"budget"`` (the batch's time budget ran out before the item was answered)."""
 
 
 def default_workers() -> int:
@@ -262,7 +266,7 @@ class DeadlinePool:
             raise ValueError(f"workers must be >= 1, got {self.n_workers}")
         self.deadline = float(deadline)
         self.memory_mb = memory_mb
-        self.stats = {"items": 0, "timeouts": 0, "deaths": 0, "restarts": 0}
+        self.stats = {"items": 0, "timeouts": 0, "deaths": 0, "restarts": 0, "over_budget": 0}
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
@@ -310,8 +314,11 @@ class DeadlinePool:
         self._finalizer = weakref.finalize(self, _shutdown, self._workers)
 
     # -- work
-    def run(self, payloads: Sequence[Any]) -> list[Outcome]:
-        """One outcome per payload; never raises for a bad item (only when workers cannot start at all)."""
+    def run(self, payloads: Sequence[Any], budget: float | None = None) -> list[Outcome]:
+        """One outcome per payload; never raises for a bad item (only when workers cannot start at all).
+        ``budget``: seconds for the whole batch, after which every unanswered item is ``("budget", None)``."""
+        if budget is not None and not budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {budget}")
         n = len(payloads)
         results: list[Outcome | None] = [None] * n
         if n == 0:
@@ -319,7 +326,7 @@ class DeadlinePool:
         with self._lock:
             self._ensure_started()
             try:
-                self._run(payloads, results)
+                self._run(payloads, results, budget)
             except BaseException:  # e.g. KeyboardInterrupt: busy workers hold stale items, so they go
                 for w in [w for w in self._workers if w.items]:
                     w.kill()
@@ -328,11 +335,15 @@ class DeadlinePool:
             self.stats["items"] += n
         return results  # type: ignore[return-value]
 
-    def _run(self, payloads: Sequence[Any], results: list[Outcome | None]) -> None:
+    def _run(self, payloads: Sequence[Any], results: list[Outcome | None], budget: float | None = None) -> None:
         queue: deque[int] = deque(range(len(payloads)))
         chunk = max(1, min(MAX_CHUNK, len(payloads) // (4 * self.n_workers)))
+        end = time.monotonic() + budget if budget is not None else None
         while queue or any(w.items for w in self._workers):
             now = time.monotonic()
+            if end is not None and now >= end:
+                self._out_of_budget(queue, results)
+                return
             for w in self._workers:  # hand work to idle ready workers
                 if w.ready and not w.items and queue:
                     take = [queue.popleft() for _ in range(min(chunk, len(queue)))]
@@ -346,6 +357,8 @@ class DeadlinePool:
                     w.item_start = now
             waits = [w.item_start + self.deadline - now for w in self._workers if w.items]
             waits += [w.started + START_TIMEOUT_S - now for w in self._workers if not w.ready]
+            if end is not None:
+                waits.append(end - now)
             timeout = max(0.0, min(waits)) if waits else None
             ready = wait([w.conn for w in self._workers], timeout=timeout)
             now = time.monotonic()
@@ -362,6 +375,20 @@ class DeadlinePool:
                     self._replace(w)
                 elif not w.ready and now - w.started > START_TIMEOUT_S:
                     raise RuntimeError(f"a verifier worker did not start within {START_TIMEOUT_S:.0f} s")
+
+    def _out_of_budget(self, queue: deque[int], results: list[Outcome | None]) -> None:
+        """The batch's budget is spent: its queued items and those in flight (their workers are killed and
+        replaced) are ``("budget", None)``."""
+        stopped = list(queue)
+        queue.clear()
+        for w in list(self._workers):
+            if w.items:
+                stopped += w.items
+                w.items.clear()
+                self._replace(w)
+        for i in stopped:
+            results[i] = ("budget", None)
+        self.stats["over_budget"] += len(stopped)
 
     def _receive(self, w: _Worker, results: list[Outcome | None], queue: deque[int], now: float) -> bool:
         """Read one message from ``w``; False when the worker turned out dead (and was replaced)."""
