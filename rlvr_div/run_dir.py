@@ -9,7 +9,11 @@ directory that holds such a run must say what to do with it:
   once and a later resume cannot pick a checkpoint of the abandoned run;
 - ``--overwrite_output_dir true`` deletes the earlier run's files (:data:`RUN_FILES`; other files stay) and starts
   at step 0;
-- neither: the run is refused with one line naming both.
+- neither: the run is refused with one line naming both, unless the directory holds only what a run that failed
+  before its first checkpoint leaves (``recipe.yaml``, maybe ``metrics.jsonl``; no checkpoint, no final state, no
+  model) and this run's recipe is the same: then it starts again at step 0 (``restart``: the failed start's metrics
+  lines are dropped, its ``history`` kept). A failed start with another recipe is refused, naming the keys that
+  differ.
 
 The choice, and what it removed, is appended to ``history`` in ``recipe.yaml``.
 """
@@ -30,6 +34,7 @@ from typing import Any
 import yaml
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.recipe import recipe_from_resolved
 
 logger = logging.getLogger("rlvr_div.run_dir")
 
@@ -37,6 +42,8 @@ METRICS = "metrics.jsonl"
 RECIPE = "recipe.yaml"
 FINAL_STATE = "trainer_state.json"  # written at the top of output_dir when a run finishes
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+# what a run that fails before its first checkpoint can leave at the top of output_dir (runs/: TensorBoard's log dir)
+_FAILED_START_FILES = {RECIPE, METRICS, "runs"}
 # What a run writes at the top of output_dir (checkpoint-N/ folders aside): deleted by overwrite_output_dir.
 RUN_FILES = (
     RECIPE, METRICS, FINAL_STATE, "training_args.bin", "README.md", "runs",  # runs/: TensorBoard's default log dir
@@ -88,8 +95,11 @@ class EarlierRun:
     finished_at: int | None  # global step of a finished run (its final trainer_state.json), else None
     checkpoint: str | None  # last complete checkpoint
     checkpoint_at: int | None
+    failed_start: bool = False  # only recipe.yaml (and metrics.jsonl, runs/): it stopped before its first checkpoint
 
     def describe(self) -> str:
+        if self.failed_start:
+            return "a run that stopped before its first checkpoint"
         if self.finished_at is not None:
             return f"a finished run ({self.finished_at} steps)"
         if self.checkpoint is not None:
@@ -105,7 +115,32 @@ def earlier_run(out_dir: str | os.PathLike) -> EarlierRun | None:
         return None
     finished = checkpoint_step(out) if (out / FINAL_STATE).exists() else None
     last = last_complete_checkpoint(out)
-    return EarlierRun(finished, last, checkpoint_step(last) if last else None)
+    return EarlierRun(finished, last, checkpoint_step(last) if last else None, _is_failed_start(out))
+
+
+def _is_failed_start(out: Path) -> bool:
+    """``out`` holds a ``recipe.yaml`` and nothing else a run writes but ``metrics.jsonl`` (and ``runs/``): no
+    checkpoint (complete or not), no final state, no saved model or tokenizer."""
+    if not (out / RECIPE).is_file() or checkpoints(out):
+        return False
+    written = {e for e in os.listdir(out) if any(fnmatch.fnmatch(e, pattern) for pattern in RUN_FILES)}
+    return written <= _FAILED_START_FILES
+
+
+def recipe_changes(out_dir: str | os.PathLike, resolved: dict[str, Any]) -> list[str] | None:
+    """The keys whose value differs between ``out_dir``'s ``recipe.yaml`` and ``resolved`` (this run's recipe, as
+    :func:`write_resolved_recipe` takes it), compared as the recipes they train (:func:`recipe_from_resolved`: values
+    the trainer derives or masks left out), without the keys that say how a run was started. None when
+    ``recipe.yaml`` is missing or unreadable."""
+    try:
+        before = yaml.safe_load((Path(out_dir) / RECIPE).read_text())
+        old = {**recipe_from_resolved(before), "launch": before.get("launch")}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        return None
+    resolved = json.loads(json.dumps(resolved, default=str))
+    new = {**recipe_from_resolved(resolved), "launch": resolved.get("launch")}
+    keys = set(old) | set(new)
+    return sorted(k for k in keys if k not in _START_RECIPE_KEYS and old.get(k) != new.get(k))
 
 
 def _resume_request(value: Any) -> str | None:
@@ -122,7 +157,7 @@ class RunStart:
     """How this run starts in its output directory (recorded in ``recipe.yaml`` under ``history``, with the time and
     the directory that relative paths were read from)."""
 
-    action: str  # "new" | "resume" | "overwrite"
+    action: str  # "new" | "resume" | "overwrite" | "restart" (a failed start, same recipe, again from step 0)
     checkpoint: str | None = None  # the checkpoint it resumes from
     step: int = 0  # the step it starts after
     earlier: str | None = None  # what was in output_dir before
@@ -134,12 +169,16 @@ class RunStart:
         entry.update({k: v for k, v in asdict(self).items() if k != "action" and v not in (None, [], 0)})
         if self.action == "resume":
             entry.update(step=self.step, metrics_lines_dropped=self.metrics_lines_dropped)
+        elif self.action == "restart":
+            entry.update(metrics_lines_dropped=self.metrics_lines_dropped)
         return entry
 
 
-def plan_start(out_dir: str, resume: Any, overwrite: bool) -> RunStart:
+def plan_start(out_dir: str, resume: Any, overwrite: bool, resolved: dict[str, Any] | None = None) -> RunStart:
     """Decide how a run starts in ``out_dir`` without touching it (every process may call it).
 
+    ``resolved``: this run's resolved recipe (as :func:`write_resolved_recipe` takes it); with it, a directory that
+    holds only a failed start of the same recipe starts again (``restart``) without ``resume`` or ``overwrite``.
     Raises a one-line :class:`ConfigError` when ``out_dir`` holds a run and neither ``resume`` nor ``overwrite`` is
     set, when both are set, or when an explicit checkpoint is not a directory.
     """
@@ -149,12 +188,19 @@ def plan_start(out_dir: str, resume: Any, overwrite: bool) -> RunStart:
     earlier = earlier_run(out_dir)
     described = earlier.describe() if earlier else None
     if request is None and not overwrite:
-        if earlier is not None:
-            raise ConfigError(
-                f"output_dir {out_dir!r} holds {described}: pass --resume_from_checkpoint true to continue it, "
-                "--overwrite_output_dir true to start over, or another --output_dir"
-            )
-        return RunStart("new")
+        if earlier is None:
+            return RunStart("new")
+        changed = recipe_changes(out_dir, resolved) if earlier.failed_start and resolved is not None else None
+        if changed == []:
+            logger.info("output_dir %s holds %s with the same recipe: starting it again at step 0", out_dir, described)
+            return RunStart("restart", earlier=described)
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            described += f" with another recipe (differs in {shown})"
+        raise ConfigError(
+            f"output_dir {out_dir!r} holds {described}: pass --resume_from_checkpoint true to continue it, "
+            "--overwrite_output_dir true to start over, or another --output_dir"
+        )
     if overwrite:
         return RunStart("overwrite" if earlier else "new", earlier=described)
     if request == "last":
@@ -197,6 +243,12 @@ def apply_start(out_dir: str, start: RunStart) -> RunStart:
             (out / FINAL_STATE).unlink()
             start.removed.append(FINAL_STATE)
         start.metrics_lines_dropped = truncate_metrics(out / METRICS, start.step)
+    elif start.action == "restart":
+        start.metrics_lines_dropped = truncate_metrics(out / METRICS, 0)
+        if start.metrics_lines_dropped:
+            logger.warning(
+                "dropped the %d lines of %s logged by the failed start", start.metrics_lines_dropped, METRICS
+            )
     return start
 
 
@@ -234,8 +286,9 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-# keys that say how a run was started, not what it trains
+# keys that say how a run was started, not what it trains (in recipe.yaml's sections, and as recipe keys)
 _START_KEYS = {"training.resume_from_checkpoint", "script.overwrite_output_dir"}
+_START_RECIPE_KEYS = {k.partition(".")[2] for k in _START_KEYS}
 
 
 def write_resolved_recipe(out_dir: str, resolved: dict[str, Any], start: RunStart) -> None:
@@ -247,7 +300,7 @@ def write_resolved_recipe(out_dir: str, resolved: dict[str, Any], start: RunStar
     resolved = json.loads(json.dumps(resolved, default=str))
     entry = start.record()
     history: list[dict[str, Any]] = []
-    if start.action == "resume" and path.exists():
+    if start.action in ("resume", "restart") and path.exists():
         try:
             before = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError:

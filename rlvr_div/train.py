@@ -2,7 +2,8 @@
 
 Reads top to bottom: parse and validate the recipe before any model loads (:mod:`rlvr_div.recipe`); decide how the
 run starts in its ``output_dir`` (new, ``--resume_from_checkpoint true`` or ``--overwrite_output_dir true``; an earlier
-run is never silently appended to: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first
+run is never silently appended to, and a run that failed before its first checkpoint is started again by the same
+command: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first
 holds its lock stops in one line naming the first's PID: :mod:`rlvr_div.run_lock`); build the task dataset and reward
 functions by name; run the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line
 per logging step, each step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes
@@ -327,12 +328,22 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
         return _run(script, training, model, argv, top_level, callbacks)
 
 
+def _resolved(script: ScriptArguments, training: Any, model: Any) -> dict[str, Any]:
+    """The resolved recipe written to ``recipe.yaml`` (its sections; ``history`` is added there)."""
+    return {"script": asdict(script), "training": training.to_dict(), "model": asdict(model),
+            "launch": {"processes": training.world_size}}  # fmt: skip
+
+
 def _run(
     script: ScriptArguments, training: Any, model: Any, argv: list[str], top_level: bool, callbacks: Sequence[Any]
 ) -> int:
     """Start in ``output_dir`` (new, resumed or overwritten), train, save; the lock on it is held."""
     out = training.output_dir
-    start = plan_start(out, training.resume_from_checkpoint, script.overwrite_output_dir)  # every process, read-only
+    # every process, read-only; the recipe as given (before the trainer fills model_init_kwargs) tells a failed start
+    # of this same recipe, which starts again, from another run
+    start = plan_start(
+        out, training.resume_from_checkpoint, script.overwrite_output_dir, _resolved(script, training, model)
+    )
     state = training.distributed_state if training.world_size > 1 else None
     if state is not None:
         state.wait_for_everyone()
@@ -348,9 +359,7 @@ def _run(
     trainer = build_trainer(script, training, model, callbacks)
     main_process = trainer.accelerator.is_main_process
     if main_process:
-        resolved = {"script": asdict(script), "training": training.to_dict(), "model": asdict(model),
-                    "launch": {"processes": training.world_size}}  # fmt: skip
-        write_resolved_recipe(out, resolved, start)
+        write_resolved_recipe(out, _resolved(script, training, model), start)
     try:
         result = trainer.train(resume_from_checkpoint=start.checkpoint)
         trainer.save_model(out)

@@ -126,3 +126,72 @@ def test_recipe_history_records_each_start_and_what_changed(tmp_path):
     assert first["action"] == "new" and first["cwd"]
     assert resumed["action"] == "resume" and resumed["step"] == 4
     assert resumed["changed"] == {"training.max_steps": [4, 8]}  # how a run is started is not a change
+
+
+def _failed_start(out: Path, resolved: dict, metrics: list[int] = ()) -> Path:
+    """What a run that fails before its first checkpoint leaves: recipe.yaml (written after the model loads), maybe
+    metrics.jsonl."""
+    write_resolved_recipe(str(out), resolved, plan_start(str(out), None, False, resolved))
+    if metrics:
+        _metrics(out, list(metrics))
+    return out
+
+
+_RESOLVED = {
+    "script": {"task": "arith", "overwrite_output_dir": False},
+    "training": {"max_steps": 4, "resume_from_checkpoint": None, "model_init_kwargs": None},
+    "model": {"model_revision": "main", "dtype": "float32"},
+    "launch": {"processes": 1},
+}
+
+
+def _as_written(resolved: dict) -> dict:
+    """``resolved`` as train.py writes it after the trainer is built: model_init_kwargs filled from the model keys."""
+    filled = {"revision": "main", "trust_remote_code": False, "attn_implementation": None, "dtype": "float32"}
+    training = {**resolved["training"], "model_init_kwargs": filled}
+    return {**resolved, "training": training}
+
+
+def test_a_failed_start_of_the_same_recipe_starts_again(tmp_path):
+    out = _failed_start(tmp_path / "run", _as_written(_RESOLVED), metrics=[1, 2])
+    assert earlier_run(out).describe() == "a run that stopped before its first checkpoint"
+    start = plan_start(str(out), None, False, _RESOLVED)  # the same command again
+    assert (start.action, start.checkpoint, start.step) == ("restart", None, 0)
+    apply_start(str(out), start)
+    assert start.metrics_lines_dropped == 2 and (out / "metrics.jsonl").read_text() == ""
+    write_resolved_recipe(str(out), _as_written(_RESOLVED), start)
+    first, again = yaml.safe_load((out / "recipe.yaml").read_text())["history"]
+    assert first["action"] == "new" and again["action"] == "restart" and "changed" not in again
+    assert again["earlier"] == "a run that stopped before its first checkpoint" and again["metrics_lines_dropped"] == 2
+    # how a run is started is not a change of recipe
+    started = {**_RESOLVED, "training": {**_RESOLVED["training"], "resume_from_checkpoint": "false"}}
+    assert plan_start(str(out), "false", False, started).action == "restart"
+
+
+def test_a_failed_start_of_another_recipe_or_a_run_with_progress_is_refused(tmp_path):
+    out = _failed_start(tmp_path / "run", _as_written(_RESOLVED))
+    other = {**_RESOLVED, "training": {**_RESOLVED["training"], "max_steps": 8}}
+    with pytest.raises(ConfigError) as info:
+        plan_start(str(out), None, False, other)
+    message = str(info.value)
+    assert "holds a run that stopped before its first checkpoint with another recipe (differs in max_steps)" in message
+    assert "--resume_from_checkpoint true" in message and "\n" not in message
+    with pytest.raises(ConfigError, match="holds a run that stopped before its first checkpoint:"):
+        plan_start(str(out), None, False)  # no recipe to compare with: refused as before
+    # real progress: a checkpoint (complete or not), a final state or a saved model keeps the refusal
+    for progress in ("checkpoint", "torn checkpoint", "final", "model"):
+        run = _failed_start(tmp_path / progress.replace(" ", "_"), _as_written(_RESOLVED), metrics=[1])
+        if progress == "checkpoint":
+            _checkpoint(run, 1)
+        elif progress == "torn checkpoint":
+            _checkpoint(run, 1, complete=False)
+        elif progress == "final":
+            (run / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+        else:
+            (run / "model.safetensors").write_text("x")
+        with pytest.raises(ConfigError, match="holds a (partial|finished) run"):
+            plan_start(str(run), None, False, _RESOLVED)
+    # an unreadable recipe.yaml is not taken for the same recipe
+    (out / "recipe.yaml").write_text("{not yaml")
+    with pytest.raises(ConfigError, match="holds a run that stopped before its first checkpoint:"):
+        plan_start(str(out), None, False, _RESOLVED)
