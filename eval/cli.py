@@ -1,6 +1,7 @@
 """``rlvr-div eval`` (also ``python -m eval``): pass@k of one or more models on a task, resumable, with a report.
 
     rlvr-div eval --model base=tiny --model grpo=runs/grpo --task arith --n 64 --limit 200 --output-dir runs/eval
+    rlvr-div eval --model base=models/smollm2 --gguf_file SmolLM2.Q4_1.gguf --task gsm8k --output-dir runs/eval
     rlvr-div eval --samples base=lm_eval_base.jsonl --samples rl=verl_dump.jsonl --task gsm8k --output-dir runs/eval
 
 Every input is checked before any model loads (one ``error:`` line, exit code 2); a second evaluation on the same
@@ -47,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=PATH",
         help="a model to sample and evaluate (repeat for several): 'tiny', a local directory (full model or LoRA "
         "adapter) or a hub id; NAME names its output directory",
+    )
+    ap.add_argument(
+        "--gguf_file",
+        "--gguf-file",
+        dest="gguf_file",
+        default=None,
+        metavar="FILE",
+        help="with one --model NAME=DIR (a local directory or hub repo): the GGUF file in it to load, as train's "
+        "--gguf_file (the same as --model NAME=DIR/FILE)",
     )
     ap.add_argument(
         "--samples",
@@ -125,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     """Validate, sample or score, report; ``--output-dir``'s lock is held."""
     from eval.runner import prepare, run
+    from eval.settings import with_gguf_file
 
     job = prepare(
-        args.model,
+        with_gguf_file(args.model, args.gguf_file),
         samples=args.samples,
         task=args.task,
         output_dir=args.output_dir,

@@ -104,6 +104,55 @@ def parse_model_arg(text: str, flag: str = "--model") -> tuple[str, str]:
     return name, path
 
 
+def with_gguf_file(models: list[str], gguf_file: str | None) -> list[str]:
+    """``--model NAME=DIR --gguf_file FILE`` as ``--model NAME=DIR/FILE`` (as ``train`` reads ``--model_name_or_path DIR
+    --gguf_file FILE``: the file in the local directory, else ``FILE`` as a path of its own, else the file in the hub
+    repo ``DIR``, taken from the hub cache or downloaded); ``models`` unchanged without ``gguf_file``. One
+    :class:`ConfigError` line when it is ambiguous (no ``--model``, several) or does not name a GGUF file."""
+    if not gguf_file:
+        return list(models)
+    if len(models) != 1:
+        given = "no --model" if not models else f"{len(models)} --model options"
+        raise ConfigError(
+            f"--gguf_file names the GGUF file of one --model, but there are {given}; "
+            "give each model its file as --model NAME=DIR/FILE.gguf instead"
+        )
+    name, path = parse_model_arg(models[0])
+    if not gguf_file.endswith(".gguf"):
+        raise ConfigError(f"--gguf_file {gguf_file!r} does not end in .gguf")
+    if path.endswith(".gguf"):
+        raise ConfigError(f"--model {models[0]!r} is a GGUF file already and --gguf_file {gguf_file!r} names another")
+    from rlvr_div.models import resolve_model
+    from rlvr_div.tiny_base import tiny_spec
+
+    if tiny_spec(path) is not None:
+        raise ConfigError(
+            f"--gguf_file {gguf_file!r} with --model {name}={path}, a built-in tiny base: not a GGUF repo"
+        )
+    local = resolve_model(path, gguf_file, build=False)  # a missing directory or file: one line
+    directory = Path(local).expanduser()
+    if directory.is_dir():
+        if (directory / "adapter_config.json").is_file():
+            raise ConfigError(f"--gguf_file {gguf_file!r} with --model {name}={path}, a LoRA adapter: not a GGUF repo")
+        found = directory / gguf_file if (directory / gguf_file).is_file() else Path(gguf_file).expanduser()
+    elif directory.exists():
+        raise ConfigError(f"--gguf_file {gguf_file!r} with --model {name}={path}, a file: give a directory")
+    else:
+        found = _hub_gguf(name, path, gguf_file)
+    return [f"{name}={found}"]
+
+
+def _hub_gguf(name: str, repo: str, gguf_file: str) -> Path:
+    """``gguf_file`` of hub repo ``repo`` (the hub cache's copy, or downloaded; HF_HUB_OFFLINE is honoured)."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo, gguf_file))
+    except Exception as e:  # noqa: BLE001 - offline, missing repo or file, network: one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--model {name}={repo} --gguf_file {gguf_file!r}: cannot get the file ({first})") from None
+
+
 def resolve_model_ref(name: str, path: str) -> ModelRef:
     """Check a model reference without loading it: a missing local path or adapter base fails in one line."""
     from rlvr_div.models import adapter_base, adapter_revision, resolve_model
