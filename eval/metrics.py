@@ -28,7 +28,8 @@ def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -
     problem has 0 distinct correct answers). ``*_se``: bootstrap standard errors over problems (seeded by
     ``settings.seed``). ``extractable_fraction``: the fraction of completions from which the reward extracted an
     answer; ``truncated_fraction`` (finish reason ``length``) and ``mean_completion_tokens`` are None when the
-    records do not say (a sample log made elsewhere)."""
+    records do not say (a sample log made elsewhere). Problems with different sample counts (a sample log) are
+    reported up to k = the smallest n; ``mixed_n`` then says so (:func:`mixed_n`)."""
     recs = sorted(records, key=lambda r: r["index"])
     if not recs:
         raise ConfigError("no problems were evaluated")
@@ -74,7 +75,16 @@ def compute_metrics(records: Sequence[dict[str, Any]], settings: EvalSettings) -
         "mean_completion_tokens": float(np.mean(tokens)) if tokens else None,  # None: the sample log does not say
         "truncated_fraction": float(np.mean([x == "length" for x in reasons])) if reasons else None,
         **({"by_difficulty": metrics_by_group(recs, ks)} if all(GROUP_COLUMN in r for r in recs) else {}),
+        **({"mixed_n": mixed_n(n_arr)} if n_arr.min() != n_arr.max() else {}),
     }
+
+
+def mixed_n(n_per_problem: Sequence[int] | np.ndarray) -> dict[str, int]:
+    """How the sample counts differ across problems: ``min`` (the n every k is cut to), ``max``, ``below_max`` (the
+    problems with fewer samples than the most) and ``at_min`` (the problems with only the smallest n)."""
+    n_arr = np.asarray(n_per_problem)
+    low, high = int(n_arr.min()), int(n_arr.max())
+    return {"min": low, "max": high, "below_max": int((n_arr < high).sum()), "at_min": int((n_arr == low).sum())}
 
 
 def metrics_by_group(records: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,8 @@
 - ``accuracy_vs_base.png`` (with two or more models): each trained model's c/n against the base's, per problem;
 - ``report.md``: the reward and its settings, how each model's completions were made (sampled here, or scored from a
   sample log), each model's extractable-answer and truncation rates (with a plain line when nothing was extractable or
-  many completions were cut), tables of pass@k, maj@k, cover@τ and diversity (value ± SE), and for every trained
+  many completions were cut), tables of pass@k (with a note for each model whose problems have different sample
+  counts: k is cut to the smallest n), maj@k, cover@τ and diversity (value ± SE), and for every trained
   model the k at which the base overtakes it (read from the full pass@k curve, k = 1..n, on common problems).
 """
 
@@ -66,6 +67,10 @@ def _how_made(name: str, config: Mapping[str, Any]) -> str:
     if "scored_from" in config:
         src = config["scored_from"]
         step = f", step {src['step']}" if "step" in src else ""
+        if len(src.get("steps_in_file") or []) > 1:
+            others = [x for x in src["steps_in_file"] if x != src["step"]]
+            step += f" (the highest of its {len(src['steps_in_file'])} steps; also in the file: "
+            step += ", ".join(map(str, others[:8])) + (", …" if len(others) > 8 else "") + ")"
         line = f"- `{name}`: scored from {src['format']} sample log `{src['path']}` ({src['problems']} problems{step})"
         made = config.get("sampled_with")
         if made:
@@ -75,6 +80,20 @@ def _how_made(name: str, config: Mapping[str, Any]) -> str:
         f"- `{name}` = {config['model_given']}: sampled here, n = {config['n']}, temperature {config['temperature']}, "
         f"top_p {config['top_p']}, max_new_tokens {config['max_new_tokens']}, seed {config['seed']}, backend "
         f"{config['backend']}."
+    )
+
+
+def mixed_n_note(name: str, metrics: Mapping[str, Any]) -> str | None:
+    """A line for a model whose problems have different sample counts (``metrics["mixed_n"]``), else None: every k
+    is cut to the smallest n, and how many problems have fewer samples than the most."""
+    mixed = metrics.get("mixed_n")
+    if not mixed:
+        return None
+    return (
+        f"- **Mixed n per problem** in `{name}`: the problems have {mixed['min']} to {mixed['max']} samples, so k is "
+        f"cut to the smallest n = {mixed['min']} (pass@k, maj@k and the overtake k stop there); {mixed['below_max']} "
+        f"of its {metrics['problems']} problems have fewer than {mixed['max']} samples ({mixed['at_min']} have only "
+        f"{mixed['min']})."
     )
 
 
@@ -181,6 +200,8 @@ def report_sections(
             + [_pm(m["pass_at_k"][str(k)], m["pass_at_k_se"][str(k)]) if str(k) in m["pass_at_k"] else "" for k in ks]
         )
     lines += _table(["model", "problems", *[f"pass@{k}" for k in ks]], rows)
+    notes = [note for n in names if (note := mixed_n_note(n, results[n]["metrics"]))]
+    lines += [""] + notes if notes else []
     lines += difficulty_section(results)
     lines += ["", "## maj@k (majority vote over extracted answers)", ""]
     rows = []

@@ -14,7 +14,8 @@ directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, o
   solution there, whose last number is not always the answer.
 - ``verl`` — verl's validation dumps (``trainer.validation_data_dir``): a line per sample with ``input`` (the rendered
   prompt), ``output``, ``gts`` (ground truth), ``score`` and ``step``; lines are grouped by ``input`` in file order;
-  with several ``step`` values the last one is read.
+  with several ``step`` values (dumps concatenated, in any order) the highest step is read, and the report names
+  it and the other steps in the file; steps that are not all numbers are a one-line error.
 - ``plain`` — a line per problem ``{"prompt": ..., "completions": [...]}`` or a line per sample ``{"prompt": ...,
   "completion": ...}`` (grouped by prompt in file order), with the verifier's fields (``answer``, ``target``, …) and
   optionally ``index``. Lines of one problem that disagree on a field are recorded (``conflicts``); reading that
@@ -73,17 +74,21 @@ class ProblemCompletions:
 
 @dataclass
 class SampleFile:
-    """A read sample log: its path, format, problems by index, and (verl) the step read."""
+    """A read sample log: its path, format, problems by index, and (verl) the step read and, when the file holds
+    several, all its steps (ascending)."""
 
     path: Path
     format: str
     problems: list[ProblemCompletions]
     step: Any = None
+    steps: list[Any] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": str(self.path), "format": self.format, "problems": len(self.problems)}
         if self.step is not None:
             out["step"] = self.step
+        if len(self.steps) > 1:
+            out["steps_in_file"] = list(self.steps)
         return out
 
 
@@ -196,13 +201,13 @@ def read_sample_file(text: str) -> SampleFile:
     lines = _lines(path)
     fmt = detect_format(lines[0][1], path)
     _check_keys(lines, fmt, path)
-    step = None
+    step, steps = None, []
     if fmt == "rlvr_div":
         problems = [_from_ours(obj, path, lineno) for lineno, obj in lines]
     elif fmt == "lm_eval":
         problems = _from_lm_eval(lines, path)
     elif fmt == "verl":
-        problems, step = _from_verl(lines, path)
+        problems, step, steps = _from_verl(lines, path)
     else:
         problems = _from_plain(lines, path)
     seen: dict[int, int] = {}
@@ -213,7 +218,7 @@ def read_sample_file(text: str) -> SampleFile:
         if not p.completions:
             raise ConfigError(f"{path}:{p.line}: problem {p.index} has no completions")
     problems.sort(key=lambda p: p.index)
-    return SampleFile(path, fmt, problems, step)
+    return SampleFile(path, fmt, problems, step, steps)
 
 
 def _strings(values: Any, path: Path, lineno: int, where: str) -> list[str]:
@@ -304,8 +309,28 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
     return list(out.values())
 
 
-def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[list[ProblemCompletions], Any]:
-    step = lines[-1][1].get("step")
+def _verl_steps(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[Any]:
+    """The distinct ``step`` values of a verl dump, ascending; one-line error when there are several and they are not
+    all numbers (a line without one among steps, a step in text), since the latest cannot be told."""
+    steps = list(dict.fromkeys(obj.get("step") for _, obj in lines))
+    if len(steps) <= 1:
+        return steps
+    for lineno, obj in lines:
+        value = obj.get("step")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(
+                f"{path}:{lineno}: step {value!r} is not a number, but the file holds several steps "
+                f"({', '.join(map(repr, steps[:5]))}{', …' if len(steps) > 5 else ''}); cannot tell the latest: keep "
+                "one step's lines"
+            )
+    return sorted(steps)
+
+
+def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+    """The problems of a verl dump at its highest step (dumps of several steps may be concatenated in any order),
+    that step, and all the file's steps."""
+    steps = _verl_steps(lines, path)
+    step = steps[-1]
     groups: dict[str, ProblemCompletions] = {}
     for lineno, obj in lines:
         if obj.get("step") != step:
@@ -323,7 +348,7 @@ def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[lis
                 "group its samples"
             )
         groups[prompt].completions.append(_text(obj["output"], path, lineno, "output"))
-    return list(groups.values()), step
+    return list(groups.values()), step, steps
 
 
 def _short(prompt: Any, limit: int = 80) -> str:
