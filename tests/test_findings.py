@@ -101,3 +101,19 @@ def test_routes_finding_r5_robustness_block():
             for s in (1, 2, 3)
         ]  # fmt: skip
         assert sum(x > 140 for x in per_seed) == 1, (task, per_seed)
+
+
+def test_routes_finding_r6_two_more_pretraining_seeds_of_the_base():
+    """R6: on tiny3-seed1 and tiny3-seed2 both remedies are claimed against stock GRPO; no α-DPG run loses all 150."""
+    for n, grpo_lost, base_long in ((1, 32.8, 0.148), (2, 84.3, 0.047)):
+        entry = _report(f"collapse_routes_base_seed{n}")["tasks"]["routes"]
+        rows = entry["primary"]["rows"]
+        assert entry["primary"]["family"] == 2 and rows["alpha_dpg_05"]["claimed"] and rows["mara_01"]["claimed"]
+        long = entry["methods"]["grpo"]["by_class"]["test"]["long"]
+        assert round(long["lost_at"]["64"]["mean"], 1) == grpo_lost
+        base = json.loads((RESULTS / f"collapse_routes_base_seed{n}" / "base" / "routes.json").read_text())
+        assert round(base["splits"]["test"]["summary"]["mean"]["by_class"]["long"]["mu"], 3) == base_long
+        runs = RESULTS / f"collapse_routes_base_seed{n}" / "runs" / "routes" / "alpha_dpg_05" / "default"
+        lost = [json.loads((runs / f"seed{s}" / "result.json").read_text())["splits"]["test"]["mean"]["by_class"][
+            "long"]["lost_at"]["64"] for s in (1, 2, 3)]  # fmt: skip
+        assert max(lost) < 140
