@@ -1,0 +1,88 @@
+"""bench/gpu_check.py, the GPU readiness check, prepared on CPU: its --smoke form (2 layers, hidden 64) builds every
+default trainer, times each side by side with stock GRPO and measures sampling; the full shape is Qwen2.5-0.5B's;
+trainer specs parse as recipe keys; the carried packages' requirements are checked. The GPU numbers come from a lent
+machine (docs/benchmarks.md); nothing here reaches the network."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():  # noqa: ANN201
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", BENCH / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_the_full_shape_is_qwen25_05b(gpu_check):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    with torch.device("meta"):  # no memory: only the parameter count
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**gpu_check.QWEN25_05B))
+    assert sum(p.numel() for p in model.parameters()) == 494_032_768  # Qwen2.5-0.5B's 494M (tied embedding)
+    shape = gpu_check.QWEN25_05B
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"]) == (896, 24, 14)
+    assert (shape["num_key_value_heads"], shape["intermediate_size"], shape["vocab_size"]) == (2, 4864, 151936)
+
+
+def test_trainer_specs_and_defaults(gpu_check):
+    from rlvr_div.divergences import DIVERGENCES
+
+    assert gpu_check.parse_spec("divergence:divergence=js,divergence_coef=0.04,bf16=true") == (
+        "divergence",
+        {"divergence": "js", "divergence_coef": 0.04, "bf16": True},
+    )
+    assert gpu_check.parse_spec("grpo") == ("grpo", {})
+    with pytest.raises(SystemExit, match="is not key=value"):
+        gpu_check.parse_spec("grpo:beta")
+    specs = gpu_check.default_trainers()
+    assert specs[0] == "grpo:beta=0.04"  # the baseline the ratios are to
+    assert {f"divergence:divergence={d},divergence_coef=0.04" for d in DIVERGENCES.names()} <= set(specs)
+    assert any(s.startswith("dpg:") for s in specs) and any("sequence_kl_coef" in s for s in specs)
+
+
+def test_tokenizer_decodes_every_id_and_the_reward_splits(gpu_check):
+    tok = gpu_check.build_tokenizer(600)
+    assert len(tok) == 600 and tok.decode([599]) == "<t599>"
+    ids = tok("1+2=")["input_ids"]
+    assert ids[0] == tok.bos_token_id and tok.decode(ids, skip_special_tokens=True) == "1+2="
+    assert gpu_check.parity_reward(["a", "b"], completion_ids=[[3, 5], [3, 4]]) == [1.0, 0.0]
+
+
+def test_carried_requirements_are_met_here(gpu_check):
+    assert gpu_check.requirement_problems() == []
+    assert gpu_check.requirement_problems(["no-such-dist"]) == ["no-such-dist is not installed"]
+
+
+def test_the_shell_scripts_parse():
+    for name in ("gpu_check.sh", "gpu_wheels.sh"):
+        subprocess.run(["bash", "-n", str(BENCH / name)], check=True)
+
+
+def test_smoke_form_times_every_trainer_against_stock_grpo(gpu_check, tmp_path, capsys):
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--smoke", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads(out.read_text())
+    steps = results["steps"]
+    assert [r["trainer"] for r in steps] == gpu_check.default_trainers()
+    assert all("error" not in r for r in steps), steps
+    assert steps[0]["step_ratio"] == 1.0 and all(r["baseline"] == "grpo:beta=0.04" for r in steps)
+    assert all(r["generate_s"] > 0 and r["loss_backward_s"] > 0 and r["step_ratio"] > 0 for r in steps)
+    (sampled,) = results["sampling"]
+    assert sampled["backend"] == "hf" and sampled["new_tokens"] == 4 and sampled["tokens_per_s"] > 0
+    assert "(a) step time" in printed and "(b) sampling throughput" in printed and "step×" in printed
+    assert results["wall_s"] < 60
