@@ -1,17 +1,23 @@
 """Log-probs of *given* completions under a model, by teacher forcing, in left-aligned rows [prompt | completion |
 padding]: DPH-RL's stored reference log-probs, exact measurement and the sampling-free objective use them, and the
-DPH-RL trainer scores its rehearsal rows in the same layout, so stored and recomputed log-probs agree to the bit on a
-model in the same dtype.
+DPH-RL trainer scores its rehearsal rows in the same layout, so stored and recomputed log-probs agree on a model in
+the same dtype (to the round-off of matrix products over different numbers of rows).
 
 log p(y_t | x, y_<t) = log softmax(logits / T)[y_t], no top-p: the model's own distribution at temperature T.
+
+The output head is applied to the scored positions only and the log-softmax runs over chunks of them
+(:func:`completion_logprobs`), so memory grows with the rows' length, not with length × vocabulary (a 262,144-token
+vocabulary makes float32 logits at every position of a batch the largest tensor by far).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.progress import Progress
@@ -26,6 +32,7 @@ def token_logprobs(
     batch_size: int = 16,
     pad_token_id: int = 0,
     progress: bool = False,
+    chunk_size: int | None = None,
 ) -> list[list[float]]:
     """Per-token log-probs log softmax(logits / T)[y_t] of given completions y under ``model`` (no top-p), one list
     per completion, aligned with its ids.
@@ -33,8 +40,9 @@ def token_logprobs(
     Rows are left-aligned [prompt | completion | padding] and get no ``position_ids``: with no left padding a
     model's default positions count from each row's first token (as in ``generate``) whatever its position scheme,
     and this is the layout in which the DPH-RL trainer scores its rehearsal rows, so the stored reference log-probs
-    and the training forward agree to the bit on a model in the same dtype. Rows are grouped by length to limit
-    padding. Memory per batch is batch_size × row length × vocabulary floats."""
+    and the training forward agree on a model in the same dtype (up to round-off). Rows are grouped by length to limit
+    padding. Memory per batch is batch_size × row length × hidden size for the hidden states plus one chunk of
+    ``chunk_size`` positions × vocabulary floats for the logits (:func:`completion_logprobs`)."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError("prompt_ids and completion_ids must have one entry per completion")
     if temperature <= 0:
@@ -50,7 +58,8 @@ def token_logprobs(
                 bar.update(len(rows))
                 continue
             batch = left_aligned_rows([prompt_ids[i] for i in rows], [completion_ids[i] for i in rows], pad_token_id)
-            chosen = completion_logprobs(model, *(t.to(device) for t in batch), temperature).cpu().tolist()
+            chosen = completion_logprobs(model, *(t.to(device) for t in batch), temperature, chunk_size)
+            chosen = chosen.cpu().tolist()
             for r, i in enumerate(rows):
                 out[i] = chosen[r][: len(completion_ids[i])]
             bar.update(len(rows))
@@ -76,12 +85,176 @@ def left_aligned_rows(
 
 
 def completion_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, columns: torch.Tensor, temperature: float = 1.0
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    columns: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
 ) -> torch.Tensor:
     """(rows, C) log softmax(logits / T)[y_t] of the tokens after ``columns`` (:func:`left_aligned_rows`), in
-    float32 (float64 for a float64 model), differentiable unless called under no_grad."""
+    float32 (float64 for a float64 model), differentiable unless called under no_grad.
+
+    Only the scored positions meet the vocabulary. One forward stops at the hidden states h that the model's output
+    head takes (a pre-hook on ``get_output_embeddings()`` hands the head one probe position instead of all), h is
+    gathered at ``columns``, and logits = head(h) are formed ``chunk_size`` (row, column) pairs at a time (None:
+    :data:`LOGIT_CHUNK_BYTES` of float32 logits per chunk), each chunk's log-softmax gathered at its tokens and the
+    chunks concatenated. Peak memory is rows × width × hidden plus one chunk × vocabulary, not rows × width ×
+    vocabulary. With gradients each chunk is recomputed in backward (activation checkpointing), so no chunk's logits
+    are kept. "The head" is the module plus what the model applies after it (final-logit soft-capping, a logit
+    scale), told by matching the model's own logits at the probe position bit for bit; a model whose head is none
+    of these, or that calls no output-embeddings module, is scored by :func:`completion_logprobs_unchunked`'s
+    forward with the log-softmax still chunked. Equal to :func:`completion_logprobs_unchunked` up to float round-off
+    (the head's matrix product runs over fewer rows)."""
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+    targets = input_ids.gather(1, columns + 1)
+    split = _head_split(model, input_ids, attention_mask)
+    if split is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+        n = chunk_size or _default_chunk(logits.size(-1))
+        flat, flat_targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
+        pieces = [
+            _gathered_log_softmax(flat[i : i + n], flat_targets[i : i + n], temperature)
+            for i in range(0, flat.size(0), n)
+        ]
+        return torch.cat(pieces).view(targets.shape)
+    head, finish, hidden, vocab = split
+    h = hidden.gather(1, columns.unsqueeze(-1).expand(-1, -1, hidden.size(-1))).reshape(-1, hidden.size(-1))
+    flat_targets = targets.reshape(-1)
+    n = chunk_size or _default_chunk(vocab)
+    checkpoint = (
+        h.size(0) > n
+        and torch.is_grad_enabled()
+        and (h.requires_grad or any(p.requires_grad for p in head.parameters()))
+    )
+    pieces = []
+    for i in range(0, h.size(0), n):
+        args = (head, finish, h[i : i + n], flat_targets[i : i + n], temperature)
+        if checkpoint:
+            pieces.append(torch.utils.checkpoint.checkpoint(_head_log_softmax, *args, use_reentrant=False))
+        else:
+            pieces.append(_head_log_softmax(*args))
+    return torch.cat(pieces).view(targets.shape)
+
+
+def completion_logprobs_unchunked(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, columns: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """:func:`completion_logprobs` the plain way, the reference it is tested against: the model's logits at every
+    position (rows × width × vocabulary), gathered at ``columns``, one log-softmax over all of them."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+    return _gathered_log_softmax(logits, input_ids.gather(1, columns + 1), temperature)
+
+
+LOGIT_CHUNK_BYTES = 64 << 20
+"""Float32 logits per chunk when :func:`completion_logprobs` picks the chunk size: 64 positions of a 262,144-token
+vocabulary (Gemma-3), 341 of a 49,152-token one (SmolLM2); a small vocabulary fits every position in one chunk."""
+
+_log = logging.getLogger(__name__)
+
+
+def _default_chunk(vocab: int) -> int:
+    return max(1, LOGIT_CHUNK_BYTES // (4 * vocab))
+
+
+def _gathered_log_softmax(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, own: bool = False
+) -> torch.Tensor:
+    """log softmax(logits / T)[target] over the last axis, in float32 (float64 for float64 logits). ``own``: the
+    logits are a temporary of the caller's that no one else reads (nor autograd saves), divided by T in place."""
     logits = logits if logits.dtype == torch.float64 else logits.float()
-    logp = torch.log_softmax(logits / temperature, dim=-1)
-    return logp.gather(-1, input_ids.gather(1, columns + 1).unsqueeze(-1)).squeeze(-1)
+    if own and temperature != 1.0:
+        logits = logits.div_(temperature)
+    elif not own:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _head_log_softmax(
+    head: torch.nn.Module,
+    finish: Callable[[torch.Tensor], torch.Tensor],
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """One chunk: log softmax(finish(head(h)) / T)[target] for each row h of ``hidden``; its logits are divided by T
+    in place (x / 1 = x exactly, so T = 1 skips it): two chunk × vocabulary tensors at a time in float32."""
+    return _gathered_log_softmax(finish(head(hidden)), targets, temperature, own=True)
+
+
+def _head_split(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int] | None:
+    """Run ``model`` with its output head fed one probe position: (head module, what the model applies after it,
+    the head's input hidden states (rows, width, hidden), vocabulary size), or None (before any forward) for a model
+    without an output-embeddings module. A forward that did not go through the head once on (rows, width, hidden),
+    or whose logits at the probe position no known finish reproduces, is also None after a warning."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if not isinstance(head, torch.nn.Module):
+        return None
+    seen: list[torch.Tensor] = []
+
+    def probe(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        x = args[0] if args else kwargs.get("input")
+        seen.append(x)
+        if len(seen) > 1 or not isinstance(x, torch.Tensor) or x.dim() != 3:
+            return args, kwargs
+        return ((x[:1, :1], *args[1:]), kwargs) if args else (args, {**kwargs, "input": x[:1, :1]})
+
+    handle = head.register_forward_pre_hook(probe, with_kwargs=True)
+    try:
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    finally:
+        handle.remove()
+    hidden = seen[0] if len(seen) == 1 else None
+    finish = None
+    if hidden is not None and hidden.dim() == 3 and hidden.shape[:2] == input_ids.shape:
+        finish = _finish(model, head, hidden[:1, :1], expected)
+    if finish is None:
+        _log.warning(
+            "%s: its logits are not its output embeddings' output plus a known finish; log-probs are computed from "
+            "its full logits (rows x width x vocabulary), after a second forward",
+            type(model).__name__,
+        )
+        return None
+    return head, finish, hidden, expected.size(-1)
+
+
+def _finish(
+    model: Any, head: torch.nn.Module, probe: torch.Tensor, expected: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """What ``model`` applies after ``head``: the first candidate (the config's final-logit soft-capping
+    c·tanh(z/c), logit scale z·s, logits scaling z/s; then nothing) that turns head(probe) into ``expected`` bit for
+    bit, or None."""
+    with torch.no_grad():
+        raw = head(probe)
+        for finish in _finish_candidates(model):
+            got = finish(raw)
+            if got.shape == expected.shape and got.dtype == expected.dtype and torch.equal(got, expected):
+                return finish
+    return None
+
+
+def _finish_candidates(model: Any) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    config = getattr(model, "config", None)
+    configs = [config] if config is not None else []
+    text = getattr(config, "get_text_config", None)
+    if callable(text) and text() is not config:
+        configs.append(text())
+    out: list[Callable[[torch.Tensor], torch.Tensor]] = []
+    for c in configs:
+        cap = getattr(c, "final_logit_softcapping", None)
+        if isinstance(cap, int | float) and cap > 0:
+            out.append(lambda z, c=float(cap): torch.tanh(z / c) * c)
+        scale = getattr(c, "logit_scale", None)
+        if isinstance(scale, int | float) and scale != 1:
+            out.append(lambda z, s=scale: z * s)
+        scaling = getattr(c, "logits_scaling", None)
+        if isinstance(scaling, int | float) and scaling != 1:
+            out.append(lambda z, s=scaling: z / s)
+    return [*out, lambda z: z]

