@@ -17,7 +17,7 @@ import pytest
 
 _names = itertools.count()
 
-ASSEMBLER = '''
+ASSEMBLER = """
 from pathlib import Path
 
 CALLS = []
@@ -31,7 +31,7 @@ def assemble(output_path=None, overwrite=False):
     if not TARGET.exists():
         TARGET.write_bytes(SOURCE.read_bytes())
     return TARGET
-'''
+"""
 
 
 def _package(root: Path, monkeypatch, source: str, files: dict[str, bytes]) -> tuple[str, Path]:
@@ -176,5 +176,6 @@ def test_gemma3_270m_loads_and_scores_one_prompts_valid_answers_chunked(caplog):
         full = completion_logprobs_unchunked(model, *batch)
     full_seq = [float(full[r, : len(c)].double().sum()) for r, c in enumerate(completions)]
     assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(logp[:8], full_seq)), (logp[:8], full_seq)
+    diff = max(abs(a - b) for a, b in zip(logp[:8], full_seq))
     print(f"\ngemma3-270m: load {loaded - start:.1f} s, {len(valid)} answers scored in {scored - loaded:.1f} s, "
-          f"mu {mu:.4f}, chunked vs full max |diff| {max(abs(a - b) for a, b in zip(logp[:8], full_seq)):.2e}")  # fmt: skip
+          f"mu {mu:.4f}, chunked vs full max |diff| {diff:.2e}")  # fmt: skip
