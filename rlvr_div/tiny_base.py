@@ -16,6 +16,7 @@ held-out class), and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from othe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -180,6 +181,21 @@ def cached_tiny_path(spec: TinySpec) -> Path | None:
     return None
 
 
+@contextlib.contextmanager
+def _hub_bars(enabled: bool) -> Iterator[None]:
+    """transformers' progress bars on (left as they are) or off for the block, restored after it."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown and not enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown and not enabled:
+            hf_logging.enable_progress_bar()
+
+
 def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path:
     """The directory of the built-in base, building it first if it is not cached or its cached build is stale (a
     file lock makes concurrent processes wait for one build)."""
@@ -199,7 +215,8 @@ def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path
             print(f"rlvr-div: rebuilding the tiny base {path.name}: {reason}", file=sys.stderr, flush=True)
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=root))
         try:
-            build_tiny_model(tmp, spec, progress=progress)
+            with _hub_bars(progress):  # transformers' own "Writing model shards" bar follows ``progress`` too
+                build_tiny_model(tmp, spec, progress=progress)
             if path.exists():  # the stale build: moved aside, then removed once the new one is in place
                 old = Path(tempfile.mkdtemp(prefix=path.name + ".stale.", dir=root))
                 path.rename(old / "model")

@@ -80,7 +80,9 @@ def test_routes_finding_r5_robustness_block():
     """R5: MARA's claim holds in every setting of the robustness block, α-DPG's in three of five; stock GRPO loses
     `long` problems in every setting."""
     report = _report("collapse_routes_robust")
-    claimed = {t: sorted(n for n, d in e["primary"]["rows"].items() if d["claimed"]) for t, e in report["tasks"].items()}
+    claimed = {
+        t: sorted(n for n, d in e["primary"]["rows"].items() if d["claimed"]) for t, e in report["tasks"].items()
+    }
     assert claimed == {
         "routes_lr1e-4": ["alpha_dpg_05", "mara_01"],
         "routes_lr1e-3": ["mara_01"],
