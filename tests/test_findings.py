@@ -119,3 +119,21 @@ def test_routes_finding_r6_two_more_pretraining_seeds_of_the_base():
         lost = [json.loads((runs / f"seed{s}" / "result.json").read_text())["splits"]["test"]["mean"]["by_class"][
             "long"]["lost_at"]["64"] for s in (1, 2, 3)]  # fmt: skip
         assert max(lost) < 140
+
+
+def test_finding_13_exact_ascent_lands_on_p_beta_at_large_beta_on_tiny2():
+    """Finding 13: on tiny2 / skewsum the exact arm ends at μ(β) with KL(p*‖π_v) < 5e-4 (β = 1 and 0.3)."""
+    import math
+
+    path = RESULTS / "beta_v2" / "runs" / "exact" / "1" / "seed1" / "result.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is not committed")
+    base = json.loads((RESULTS / "beta_v2" / "base.json").read_text())["splits"]["train"]["summary"]["per_prompt"]
+    closed = sum(1 / (1 + math.exp(-(math.log(a / (1 - a)) + 1))) for a in base["mu"]) / len(base["mu"])
+    end = json.loads(path.read_text())["splits"]["train"]["mean"]
+    assert round(end["mu"], 4) == round(closed, 4) == 0.8255
+    assert end["kl_pstar"] < 1e-5
+    closed = sum(1 / (1 + math.exp(-(math.log(a / (1 - a)) + 1 / 0.3))) for a in base["mu"]) / len(base["mu"])
+    end = json.loads(path.parent.parent.parent.joinpath("0.3", "seed1", "result.json").read_text())["splits"]["train"][
+        "mean"]  # fmt: skip
+    assert (round(end["mu"], 4), round(closed, 4)) == (0.9741, 0.9746) and end["kl_pstar"] < 5e-4
