@@ -12,8 +12,9 @@ of an all-failed group is pushed down:
     A_i = −λ   if no scored sample of i's group is correct (and i is scored),
     A_i = 0    otherwise (every group with a correct sample, and unscored samples),
 
-λ = ``zero_success_weight``. On a tabular softmax the expected update is −λ·∇ Σ_{y wrong} π(y) restricted to the
-zero-success prompts: negative sample reinforcement (W-REINFORCE with ψ_+ = 0) on the problems the policy fails.
+λ = ``zero_success_weight``. On a tabular softmax the expected update over groups of G draws is
+−λ·∇ (Σ_{y wrong} π(y))^G = λ·∇ pass@G: negative sample reinforcement (W-REINFORCE with ψ_+ = 0) on the problems
+the policy fails, weighted by the chance that the whole group fails.
 
 Provenance (docs/methods.md says the same): the paper's method section was not readable in this project's library;
 "restrict updates to zero-observed-success problems" is the abstract's wording, and "the m = 0 bucket learns
