@@ -17,14 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def assert_train_refuses(
-    recipe: str | Path, extra: list[str], message: str, capsys: pytest.CaptureFixture, output_dir: Path
-) -> None:
+    recipe: str | Path, extra: list[str], message: str | tuple[str, ...], capsys: pytest.CaptureFixture,
+    output_dir: Path,
+) -> None:  # fmt: skip
     """``rlvr-div train --config recipe --output_dir output_dir *extra`` exits 2 with one stderr line, ``error: ...``,
-    that contains ``message``."""
+    that contains ``message`` (each of them, for a tuple)."""
     rc = cli_main(["train", "--config", str(recipe), "--output_dir", str(output_dir), *extra])
     err = capsys.readouterr().err.strip().splitlines()
+    parts = (message,) if isinstance(message, str) else message
     assert rc == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert len(err) == 1 and err[0].startswith("error: ") and all(p in err[0] for p in parts), err
 
 
 def assert_reward_rises(logs: list[dict], steps: int, margin: float) -> None:
