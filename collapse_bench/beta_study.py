@@ -156,6 +156,10 @@ def measure_base(study: Study, out: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
         if {k: data.get(k) for k in what} != what:
             raise ConfigError(f"{path} measured another base model, task or options; pass --fresh or another --out")
+        for split in SPLITS:  # the ``prompts`` setting chooses how many rows: a cached base must have measured those
+            if data["splits"][split]["prompts"] != [r["prompt"] for r in study_rows(study, split)]:
+                raise ConfigError(f"{path} measured other {split} prompts than this config's 'prompts' setting "
+                                  f"chooses; pass --fresh or another --out")  # fmt: skip
         return data
     temperature = float(study.common.get("temperature", 1.0))
     data: dict[str, Any] = {**what, "splits": {}}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collapse_bench.beta_spec import Convergence, StudyRun, load_study, study_runs
-from collapse_bench.beta_study import plateau_step, reached_mu, read_result
+from collapse_bench.beta_study import plateau_step, reached_mu, read_result, study_rows
 from collapse_bench.spec import recipe_argv
 from rlvr_div.errors import ConfigError
 
@@ -290,3 +290,17 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
     # μ = 0.9: forward KL 14 + s, GRPO 10 + s + (0.2/0.25)·(4 − 10) = 5.2 + s → +8.8
     assert at[0.9]["effective_answers"]["mean"] == pytest.approx(8.8)
     assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study)
+
+
+def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path):
+    """``base.json`` is reused only if it measured the prompts this config's ``prompts`` setting chooses."""
+    from collapse_bench.beta_study import measure_base
+
+    out = tmp_path / "out"
+    out.mkdir()
+    two = load_study(_write(tmp_path, BASE_CONFIG + "prompts: {train: 2, test: 2}\n"))
+    assert len(measure_base(two, out)["splits"]["train"]["prompts"]) == 2
+    assert measure_base(two, out)["splits"]["test"]["prompts"] == [r["prompt"] for r in study_rows(two, "test")]
+    three = load_study(_write(tmp_path, BASE_CONFIG + "prompts: {train: 3, test: 2}\n"))
+    with pytest.raises(ConfigError, match="measured other train prompts"):
+        measure_base(three, out)
