@@ -55,25 +55,39 @@ def difficulty_table(entry: dict[str, Any], split: str) -> list[str]:
     return _table(header, [base_row] + rows)
 
 
-def levels_table(entry: dict[str, Any]) -> list[str]:
-    """Per method and fixed validity μ: Δ effective answers and Δ KL(p*‖π_v) against the baseline, both read off the
-    two runs' training paths at μ, paired by seed (seeds whose two paths both reach μ, out of all)."""
+def _paired(diff: dict[str, Any], digits: int) -> str:
+    """A paired difference at a fixed validity: 'mean ± half-width' with its marks, or '≈ 0', unmarked, where the mean
+    and both ends of its interval round to 0 at ``digits`` (a difference below display precision claims nothing)."""
+    ends = [diff[k] for k in ("mean", "lo", "hi") if diff.get(k) is not None]
+    if diff.get("mean") is not None and below_precision(ends, digits):
+        return "≈ 0"
+    return f"{_cell(diff, digits)}{_marks(diff)}"
+
+
+def _at_levels(entry: dict[str, Any], key: str, columns: tuple[tuple[str, int], ...], heading: str) -> list[str]:
+    """Per method and fixed validity μ (``m[key]``, one dict per μ): the paired differences ``columns`` (name,
+    digits), '/'-separated, then the seeds whose two paths both reach μ, out of all; ``heading`` names a μ column."""
     rows, levels = [], None
     for m in entry["methods"].values():
-        lv = m.get("levels")
+        lv = m.get(key)
         if not lv:
             continue
         levels = levels or [x["mu"] for x in lv]
-        cells = [m["label"]]
         n = len(m.get("seeds") or [])
+        cells = [m["label"]]
         for x in lv:
-            eff, kl = x["effective_answers"], x["kl_pstar"]
-            cells.append(f"{_cell(eff, 2)}{_marks(eff)} / {_cell(kl, 2)}{_marks(kl)} ({len(x['seeds'])}/{n})")
+            cells.append(" / ".join(_paired(x[c], d) for c, d in columns) + f" ({len(x['seeds'])}/{n})")
         rows.append(cells)
     if not rows or levels is None:
         return []
-    return _table(["method vs baseline"] + [f"μ = {mu:g}: Δ eff. answers / Δ KL(p*‖π_v) (seeds)" for mu in levels],
-                  rows)  # fmt: skip
+    return _table(["method vs baseline"] + [heading.format(mu=mu) for mu in levels], rows)
+
+
+def levels_table(entry: dict[str, Any]) -> list[str]:
+    """Per method and fixed validity μ: Δ effective answers and Δ KL(p*‖π_v) against the baseline, both read off the
+    two runs' training paths at μ, paired by seed (seeds whose two paths both reach μ, out of all)."""
+    return _at_levels(entry, "levels", (("effective_answers", 2), ("kl_pstar", 2)),
+                      "μ = {mu:g}: Δ eff. answers / Δ KL(p*‖π_v) (seeds)")  # fmt: skip
 
 
 def shifted_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]:
@@ -96,19 +110,5 @@ def shifted_table(entry: dict[str, Any], split: str, ks: list[int]) -> list[str]
 def shifted_levels_table(entry: dict[str, Any], kmax: int) -> list[str]:
     """Per method and fixed validity μ of the training prompts: Δ pass@K under the shifted verifier and Δ π(S)
     against the baseline, read off both training paths at μ, paired by seed (seeds whose two paths reach μ)."""
-    rows, levels = [], None
-    for m in entry["methods"].values():
-        lv = m.get("levels_shifted")
-        if not lv:
-            continue
-        levels = levels or [x["mu"] for x in lv]
-        n = len(m.get("seeds") or [])
-        cells = [m["label"]]
-        for x in lv:
-            p, mass = x["shifted_pass_kmax"], x["shifted_mass"]
-            cells.append(f"{_cell(p)}{_marks(p)} / {_cell(mass, 4)}{_marks(mass)} ({len(x['seeds'])}/{n})")
-        rows.append(cells)
-    if not rows or levels is None:
-        return []
-    return _table(["method vs baseline"] + [f"μ = {mu:g}: Δ pass@{kmax} (shifted) / Δ π(S) (seeds)" for mu in levels],
-                  rows)  # fmt: skip
+    return _at_levels(entry, "levels_shifted", (("shifted_pass_kmax", 3), ("shifted_mass", 4)),
+                      f"μ = {{mu:g}}: Δ pass@{kmax} (shifted) / Δ π(S) (seeds)")  # fmt: skip

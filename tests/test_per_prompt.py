@@ -4,7 +4,12 @@ validity by the base's difficulty, and their tables."""
 import numpy as np
 import pytest
 
-from collapse_bench.comparison_tables import difficulty_table, levels_table, versus_base_table
+from collapse_bench.comparison_tables import (
+    difficulty_table,
+    levels_table,
+    shifted_levels_table,
+    versus_base_table,
+)
 from collapse_bench.per_prompt import by_difficulty, pass_at, versus_base
 
 
@@ -63,3 +68,15 @@ def test_comparison_tables_render_what_they_are_given():
     assert difficulty_table(entry, "test")[2] == "| base | 0.300 | — | 0.970 |"
     assert levels_table(entry)[2] == "| forward KL | 2.00 / -0.50 ± 0.10 ** (1/2) |"
     assert versus_base_table(entry, "train", [1]) == [] and levels_table({"methods": {}}) == []
+
+
+def test_a_level_difference_below_display_precision_prints_unmarked():
+    """A separated difference of 3e-8 in pass@128 claims nothing: '≈ 0', no '**' (issue 32, item 4)."""
+    tiny = {"mean": 2.9e-8, "half": 9.5e-9, "lo": 1.9e-8, "hi": 3.9e-8, "separated": True, "holm": False}
+    mass = {"mean": 0.0268, "half": 0.0212, "lo": 0.0056, "hi": 0.048, "separated": True, "holm": True}
+    entry = {"methods": {"a": {"label": "α-DPG", "seeds": [1, 2, 3],
+                               "levels_shifted": [{"mu": 0.9, "seeds": [1, 2, 3], "shifted_pass_kmax": tiny,
+                                                   "shifted_mass": mass}]}}}  # fmt: skip
+    lines = shifted_levels_table(entry, 128)
+    assert lines[0] == "| method vs baseline | μ = 0.9: Δ pass@128 (shifted) / Δ π(S) (seeds) |"
+    assert lines[2] == "| α-DPG | ≈ 0 / 0.0268 ± 0.0212 ** † (3/3) |"
