@@ -137,3 +137,22 @@ def test_finding_13_exact_ascent_lands_on_p_beta_at_large_beta_on_tiny2():
     end = json.loads(path.parent.parent.parent.joinpath("0.3", "seed1", "result.json").read_text())["splits"]["train"][
         "mean"]  # fmt: skip
     assert (round(end["mu"], 4), round(closed, 4)) == (0.9741, 0.9746) and end["kl_pstar"] < 5e-4
+
+
+def test_finding_13_the_shifted_verifier_separates_nothing_at_128_and_sees_grpo_at_8():
+    entry = _report("collapse_shifted")["tasks"]["skewsum"]
+    base, methods = entry["base"]["test"], entry["methods"]
+    test = {name: m["splits"]["test"] for name, m in methods.items()}
+    assert round(base["shifted_mass"], 3) == 0.179 and round(base["shifted_pass_at_8"], 3) == 0.765
+    grpo, dpg = test["grpo"], test["alpha_dpg_025"]
+    assert [round(grpo["shifted_mass"]["mean"], 3), round(grpo["shifted_mass"]["half"], 3)] == [0.066, 0.007]
+    assert [round(grpo["shifted_pass_at_8"]["mean"], 3), round(grpo["shifted_pass_at_8"]["half"], 3)] == [0.417, 0.031]
+    assert [round(dpg["shifted_mass"]["mean"], 3), round(dpg["shifted_pass_at_8"]["mean"], 3)] == [0.235, 0.863]
+    assert [round(dpg["mu"]["mean"], 3), round(grpo["mu"]["mean"], 3)] == [0.938, 0.934]  # "the same validity"
+    assert round(min(s["shifted_pass_at_128"]["mean"] for s in test.values()), 3) == 0.944  # "at least 0.944"
+    for name, m in methods.items():  # "separates no method": every primary difference is below display precision
+        for level in m.get("levels_shifted") or []:
+            d = level["shifted_pass_kmax"]
+            if d.get("mean") is not None:
+                assert all(round(d[k], 3) == 0 for k in ("mean", "lo", "hi") if d.get(k) is not None), (name, level)
+    assert "separates no method" in DOCS.read_text()
