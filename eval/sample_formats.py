@@ -40,6 +40,7 @@ from typing import Any
 
 from eval.records import SAMPLES_FILE
 from rlvr_div.errors import ConfigError
+from rlvr_div.rewards.math import GSM8K_MARK, gsm8k_answer
 
 FORMATS = ("rlvr_div", "lm_eval", "verl", "plain")
 # the keys every line of a format must have (plain: also completions or completion)
@@ -261,15 +262,10 @@ def _lm_eval_prompt(arguments: Any) -> str | None:
     return None
 
 
-GSM8K_MARK = "####"  # GSM8K's worked solutions end with "#### <answer>"
-
-
 def gsm8k_gold(answer: Any) -> Any:
     """GSM8K's gold by the dataset's own rule (as ``--task gsm8k`` reads it): the text after the last ``####``,
     stripped, commas removed (``"... #### 1,234"`` -> ``"1234"``); a non-string is returned as it is."""
-    if not isinstance(answer, str):
-        return answer
-    return answer.split(GSM8K_MARK)[-1].strip().replace(",", "")
+    return gsm8k_answer(answer) if isinstance(answer, str) else answer
 
 
 def _is_gsm8k(task: Any, doc: dict[str, Any]) -> bool:

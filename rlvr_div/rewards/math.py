@@ -94,6 +94,15 @@ def gold_text(gold: Any) -> str:
     return str(gold).strip().strip("$").strip()
 
 
+GSM8K_MARK = "####"  # GSM8K's worked solutions end with "#### <answer>"
+
+
+def gsm8k_answer(solution: str) -> str:
+    """GSM8K's gold by the dataset's own rule: the text after the last ``####``, stripped, commas removed
+    (``"... #### 1,234"`` -> ``"1234"``); the one rule both ``--task gsm8k`` and score-only files use."""
+    return solution.split(GSM8K_MARK)[-1].strip().replace(",", "")
+
+
 # --------------------------------------------------------------------------------------------- worker side
 
 

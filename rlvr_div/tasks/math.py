@@ -26,7 +26,7 @@ from typing import Any
 import datasets
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.math import extract_boxed, gold_text
+from rlvr_div.rewards.math import extract_boxed, gold_text, gsm8k_answer
 from rlvr_div.tasks import TASKS
 from rlvr_div.tasks.base import TaskSpec
 from rlvr_div.tasks.data import (
@@ -67,7 +67,7 @@ def _body_question(row: dict[str, Any]) -> str | None:
 
 def _gsm8k_gold(row: dict[str, Any]) -> str | None:
     a = row.get("answer")
-    return str(a).split("####")[-1].strip().replace(",", "") if a is not None else None
+    return gsm8k_answer(str(a)) if a is not None else None
 
 
 def _plain_gold(row: dict[str, Any]) -> str | None:
