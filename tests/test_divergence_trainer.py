@@ -19,30 +19,38 @@ from rlvr_div.trainers.common import group_diversity, replace_advantages
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# TRL's loss types, and the TRL options that change the policy loss: GSPO (sequence-level importance sampling) and
+# the 80/20 high-entropy-token rule (top_entropy_quantile)
+SLOW = pytest.mark.slow
+LOSS_SETTINGS = {
+    "dapo": {},
+    "grpo": {},
+    "dr_grpo": {},
+    "bnpo": {},
+    "cispo": {},
+    "sapo": {},
+    "luspo": {"importance_sampling_level": "sequence"},
+    "vespo": {},
+    "gspo": {"loss_type": "dapo", "importance_sampling_level": "sequence"},
+    "top_entropy_quantile": {"loss_type": "dapo", "top_entropy_quantile": 0.2},
+}
+
+
 @pytest.mark.parametrize(
-    "loss_type",
-    [
-        "dapo",
-        "grpo",
-        "dr_grpo",
-        pytest.param("bnpo", marks=pytest.mark.slow),
-        pytest.param("cispo", marks=pytest.mark.slow),
-    ],
+    "setting", [s if s in ("dapo", "grpo", "dr_grpo") else pytest.param(s, marks=SLOW) for s in LOSS_SETTINGS]
 )
-def test_reverse_kl_reproduces_stock_grpo_loss(loss_type, tmp_path, tiny_path):
+def test_reverse_kl_reproduces_stock_grpo_loss(setting, tmp_path, tiny_path):
+    """Our trainer with the KL as a plug-in gives stock TRL's loss and gradient under each loss type and option."""
     from trl import GRPOConfig, GRPOTrainer
 
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
+    options = {"loss_type": setting, **LOSS_SETTINGS[setting]}
     torch.manual_seed(0)
-    stock = make_trainer(
-        GRPOTrainer, trainer_config(GRPOConfig, tmp_path / "a", beta=0.04, loss_type=loss_type), tiny_path
-    )
+    stock = make_trainer(GRPOTrainer, trainer_config(GRPOConfig, tmp_path / "a", beta=0.04, **options), tiny_path)
     ours = make_trainer(
         DivergenceGRPOTrainer,
-        trainer_config(
-            DivergenceGRPOConfig, tmp_path / "b", divergence="reverse_kl", divergence_coef=0.04, loss_type=loss_type
-        ),
+        trainer_config(DivergenceGRPOConfig, tmp_path / "b", divergence="reverse_kl", divergence_coef=0.04, **options),
         tiny_path,
     )
     ours.model.load_state_dict(stock.model.state_dict())
