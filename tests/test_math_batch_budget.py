@@ -1,6 +1,7 @@
 """A time budget per batch of math verification (issue 36): each answer has a hard deadline, but a batch of many
 hostile answers (`\\boxed{a^{a^{a^{a}}}}`) used to cost one deadline each (80 of them: 122 s); now the answers still
-unverified when the batch's budget runs out score 0, with one warning counting them, and are not cached."""
+unverified when the batch's budget runs out are unscored (None, not judged wrong), with one warning counting them,
+and are not cached; an evaluation records them in ``unjudged_samples``."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from rlvr_div.rewards.workers import DeadlinePool
 def test_the_pool_stops_a_batch_at_its_budget() -> None:
     with DeadlinePool(eval, workers=2, deadline=5.0, memory_mb=1024) as pool:
         pool.run(["0"])  # workers started outside the timed part
-        slow = "__import__('time').sleep(0.8) or 1"
+        slow = "__import__('time').sleep(2.0) or 1"
         t0 = time.monotonic()
-        out = pool.run(["2", slow, slow, slow, slow, slow, slow], budget=1.2)
+        out = pool.run(["2", slow, slow, slow, slow, slow, slow], budget=1.0)
         elapsed = time.monotonic() - t0
-        assert elapsed < 2.0, elapsed  # 6 × 0.8 s on 2 workers would take 2.4 s
+        # 6 × 2 s on 2 workers would take 6 s; the margin over the 1 s budget absorbs a loaded machine's kill/restart
+        assert elapsed < 5.0, elapsed
         assert out[0] == ("ok", 2) and out.count(("budget", None)) >= 3
         assert all(o in (("ok", 1), ("budget", None)) for o in out[1:])
         assert pool.stats["over_budget"] == out.count(("budget", None))
@@ -43,12 +45,13 @@ def test_hostile_answers_cost_one_budget_and_are_counted_in_one_warning(caplog: 
             t0 = time.monotonic()
             scores = reward.score(completions, answer=["18"] * len(completions))
             elapsed = time.monotonic() - t0
-        assert elapsed < 2.5 + 1.5, elapsed  # one deadline per tower would be 8 s
-        assert scores == [0.0] * len(completions)  # the correct answer was queued behind the towers
+        assert elapsed < 7.0, elapsed  # one deadline per tower would be 8 s (the margin: a loaded machine)
+        assert scores[-1] is None  # the correct answer was queued behind the towers: not judged, not judged wrong
+        assert all(s in (0.0, None) for s in scores)  # a tower that ran into its deadline scores 0
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "batch budget of 2.5 s" in warnings[0], warnings
         stopped = reward.stats["over_budget"]
-        assert 1 <= stopped <= len(completions) and warnings[0].startswith(f"math_accuracy: {stopped} of 9 ")
+        assert 1 <= stopped == scores.count(None) and warnings[0].startswith(f"math_accuracy: {stopped} of 9 ")
         assert reward.score(["\\boxed{18}"], answer=["18"]) == [1.0]  # not cached as 0: verified now
     finally:
         reward.close()

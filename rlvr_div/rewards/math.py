@@ -12,9 +12,11 @@ Extraction is plain string scanning in the calling process, linear in the comple
 :class:`~rlvr_div.rewards.workers.DeadlinePool` with a hard per-item deadline, because math-verify's own timeouts use
 ``signal.alarm`` (main thread only, and blind to long C calls). A batch (one ``score`` call) also has an overall
 budget, ``batch_budget`` seconds (default :data:`BATCH_BUDGET_S`; ``None``: none): answers not verified when it runs
-out score 0 and are counted in one warning, so a batch of hostile answers costs one budget instead of one deadline
-each. Results are cached by (gold, extracted answer), so the duplicate answers of a collapsed policy are verified
-once; answers stopped by the budget are not cached, and a later batch verifies them.
+out are unscored (None, like an unparseable gold: not judged wrong) and counted in one warning, so a batch of hostile
+answers costs one budget instead of one deadline each. An evaluation counts them in ``unjudged_samples`` of its
+``results.json``; in training TRL turns None into NaN, which its sum over reward functions skips. Results are cached
+by (gold, extracted answer), so the duplicate answers of a collapsed policy are verified once; answers stopped by
+the budget are not cached, and a later batch verifies them.
 
 ``math_format`` (no columns): 1 when the completion has a non-empty, balanced ``\\boxed{…}`` of at most
 ``max_answer_chars`` characters, else 0.
@@ -252,9 +254,9 @@ class MathAccuracy(Reward):
         stopped: set[tuple[str, str | None]] = set()
         if todo:
             for k, (status, value) in zip(todo, self.pool.run(todo, budget=self.batch_budget)):
-                if status == "budget":  # not verified: 0 now, not cached
+                if status == "budget":  # not verified: unscored now, not cached
                     stopped.add(k)
-                    known[k] = 0.0
+                    known[k] = None
                     continue
                 if status != "ok":
                     self.stats["timeouts" if status == "timeout" else "errors"] += 1
@@ -270,7 +272,7 @@ class MathAccuracy(Reward):
             self.stats["over_budget"] += count
             logger.warning(
                 "math_accuracy: %d of %d completions were not verified within the batch budget of %g s "
-                "(batch_budget); they score 0",
+                "(batch_budget); they are unscored (None)",
                 count,
                 len(keys),
                 self.batch_budget,
