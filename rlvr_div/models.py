@@ -249,8 +249,9 @@ def flash_attention_usable(name: str) -> bool:
 def check_model_settings(model_args: Any, training: Any = None) -> None:
     """One-line :class:`ConfigError`, before any model loads, for a recipe's model settings that cannot work here:
     bitsandbytes quantization without bitsandbytes or CUDA (or with ``use_cpu``), quantized weights trained without
-    LoRA, 8-bit with vLLM, flash attention without its package or CUDA. (``ModelConfig`` itself refuses an unknown
-    ``dtype`` and 4- with 8-bit.)"""
+    LoRA, 8-bit with vLLM, flash attention without its package or CUDA, TRL's ``sync_ref_model`` under LoRA or with
+    TRL's ``beta`` 0 (no reference model: ``training.beta`` as the config resolved it, e.g. from the plug-ins).
+    (``ModelConfig`` itself refuses an unknown ``dtype`` and 4- with 8-bit.)"""
     if model_args.load_in_4bit or model_args.load_in_8bit:
         key = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
         if getattr(training, "use_cpu", False) or not bitsandbytes_usable():
@@ -267,6 +268,18 @@ def check_model_settings(model_args: Any, training: Any = None) -> None:
         raise ConfigError(
             f"attn_implementation={attn!r} needs its package (flash-attn) and a CUDA GPU, which this run does not "
             "have; use 'sdpa' or 'eager'"
+        )
+    if getattr(training, "sync_ref_model", False) and model_args.use_peft:
+        raise ConfigError(
+            "sync_ref_model=true with use_peft: under LoRA the reference is the adapter-disabled base, which TRL "
+            "cannot sync (it refuses after loading the model); drop sync_ref_model (and prorl) or train without LoRA"
+        )
+    beta = getattr(training, "beta", None)  # TRL's, as the config resolved it (the project's: a plug-in's coefficient)
+    if getattr(training, "sync_ref_model", False) and isinstance(beta, int | float) and beta == 0.0:
+        raise ConfigError(
+            "sync_ref_model=true with TRL's beta 0: no term uses a reference model, so TRL loads none to sync (it "
+            "refuses after loading the model); drop sync_ref_model or add a KL term (divergence: reverse_kl with "
+            "divergence_coef > 0, or beta > 0 with trainer grpo)"
         )
 
 

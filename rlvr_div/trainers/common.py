@@ -2,11 +2,13 @@
 plug-ins call: TRL's group advantages and loss normalisers, gathered sequence log-probs, the per-step diversity
 metrics, and the replacement of TRL's advantages by shaped ones.
 
-Every function takes the trainer (a ``trl.GRPOTrainer``) as its first argument where it needs one; none keeps state.
+Every function takes the trainer (a ``trl.GRPOTrainer``) as its first argument where it needs one; none keeps state,
+except that :func:`log_group_diversity` leaves the batch's gathered texts on the trainer (``gathered_texts``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -17,6 +19,16 @@ from trl.trainer.utils import nanstd
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
 from rlvr_div.trainers import trl_seam
+
+
+def distributed_backend(args: Any) -> str | None:
+    """``"DeepSpeed"`` or ``"FSDP"`` when the run shards its model that way (a training argument or the
+    ``accelerate launch`` config), else None."""
+    if getattr(args, "deepspeed", None) or getattr(args, "deepspeed_plugin", None) is not None:
+        return "DeepSpeed"
+    if getattr(args, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true"):
+        return "FSDP"
+    return None
 
 
 def group_advantages(
@@ -87,10 +99,12 @@ def group_diversity(valid: torch.Tensor, texts: list[str], group: int) -> dict[s
 
 def log_group_diversity(trainer: Any, valid: torch.Tensor, completions: list[Any]) -> dict[str, float]:
     """Log ``diversity/*`` (:func:`group_diversity`) of a batch from its gathered validity (N,) and this process's
-    completions (their texts are gathered here: a prompt's group can span processes); returns the statistics."""
+    completions (their texts are gathered here, once per batch: a prompt's group can span processes, and they are
+    kept as ``trainer.gathered_texts`` for the plug-ins); returns the statistics."""
     mode = "train" if trainer.model.training else "eval"
     group = trainer.num_generations if mode == "train" else trainer.num_generations_eval
     texts = gather_object([completion_text(c).strip() for c in completions])
+    trainer.gathered_texts = texts  # the last scored batch's stripped texts, over all processes
     stats = group_diversity(valid.cpu(), texts, group)
     for name, value in stats.items():
         trl_seam.metrics(trainer, mode)[f"diversity/{name}"].append(value)

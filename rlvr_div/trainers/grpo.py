@@ -79,6 +79,7 @@ class DivergenceGRPOTrainer(GRPOTrainer):
                 cls.before_init(config, bound)
         super().__init__(*args, **kwargs)
         self.gathered_rewards: torch.Tensor | None = None  # the last scored batch's rewards, over all processes
+        self.gathered_texts: list[str] | None = None  # its stripped completion texts (set by log_group_diversity)
         self.plugins = [cls(self) for cls in PLUGIN_CLASSES if cls.active(self.args)]
 
     def plugin(self, name: str) -> GRPOPlugin | None:

@@ -43,6 +43,10 @@ PLUGIN_MODULES = (
     "rlvr_div.trainers.zero_success",
     "rlvr_div.trainers.differential_smoothing",
     "rlvr_div.trainers.ucpo",
+    "rlvr_div.trainers.polychromic",
+    "rlvr_div.trainers.prorl",
+    "rlvr_div.trainers.flowrl",
+    "rlvr_div.trainers.simko",
     "rlvr_div.trainers.sequence_kl",
 )
 

@@ -65,19 +65,21 @@ DPG_PY = "rlvr_div/trainers/distributional.py"
 COMMON_PY = "rlvr_div/trainers/common.py"
 SEAM_PY = "rlvr_div/trainers/trl_seam.py"
 TRAIN_PY = "rlvr_div/train.py"
+FLOWRL_PY = "rlvr_div/trainers/flowrl.py"
 
 # fmt: off
 TRL_NAMES: tuple[TRLName, ...] = (
     # -- GRPOTrainer methods the two trainers override
     TRLName(
-        GRPO, "_get_per_token_logps_and_entropies", "method", ("override", "read"), (GRPO_PY, COMMON_PY, DPG_PY),
+        GRPO, "_get_per_token_logps_and_entropies", "method", ("override", "read"),
+        (GRPO_PY, COMMON_PY, DPG_PY, FLOWRL_PY),
         params=("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
                 "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
                 "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
                 "image_position_ids"),
         used_by=(f"{GRPO}._compute_loss", f"{GRPO}._generate_and_score_completions"),
         note="the plug-ins' forward hook (DPH-RL folds its rows in); the override passes the multimodal parameters "
-             "on as **kwargs",
+             "on as **kwargs; FlowRL's loss runs it in place of TRL's _compute_loss",
     ),
     TRLName(
         GRPO, "_compute_loss", "method", ("override", "read"), (GRPO_PY, DPG_PY),
