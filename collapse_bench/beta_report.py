@@ -111,10 +111,16 @@ def _verdict_line(name: str, arm: dict[str, Any]) -> str:
         return (f"- `{name}`: from β = {v['from_beta']:g} to β = {v['to_beta']:g} the effective number of valid "
                 f"answers changes by {d['mean']:+.2f} (one run: deterministic, no interval); KL(p*‖π_v) by "
                 f"{k['mean']:+.2f} nats.")  # fmt: skip
-    word = ("shrinks" if d["hi"] < 0 else "grows") if d["separated"] else "does not change detectably"
-    return (f"- `{name}`: from β = {v['from_beta']:g} to β = {v['to_beta']:g} the effective number of valid answers "
-            f"{word} (paired difference {d['mean']:+.2f} ± {d['half']:.2f} over {len(d['seeds'])} seeds); KL(p*‖π_v) "
-            f"changes by {k['mean']:+.2f} ± {k['half']:.2f} nats.")  # fmt: skip
+    # the numbers and whether the interval excludes 0; the size that counts as collapse is the study config's rule
+    return (
+        f"- `{name}`: from β = {v['from_beta']:g} to β = {v['to_beta']:g}, paired over {len(d['seeds'])} seeds, "
+        f"the effective number of valid answers changes by {_change(d)} and KL(p*‖π_v) by {_change(k)} nats."
+    )
+
+
+def _change(d: dict[str, Any]) -> str:
+    """'mean ± half-width' at 4 decimals, then whether the 95% interval excludes 0."""
+    return f"{d['mean']:+.4f} ± {d['half']:.4f} ({'' if d['separated'] else 'not '}separated from 0)"
 
 
 def write_report(study: Study, out: Path, command: str, toy: dict[str, Any] | None) -> Path:
