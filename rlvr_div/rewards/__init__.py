@@ -17,6 +17,7 @@ REWARDS: Registry[Callable[..., Reward]] = Registry(
     modules=(
         "rlvr_div.rewards.synthetic",
         "rlvr_div.rewards.number_between",
+        "rlvr_div.rewards.country_prefix",
         "rlvr_div.rewards.math",
         "rlvr_div.rewards.sql",
     ),

@@ -23,6 +23,7 @@ TASKS: Registry[TaskSpec] = Registry(
         "rlvr_div.tasks.carry",
         "rlvr_div.tasks.routes",
         "rlvr_div.tasks.between",
+        "rlvr_div.tasks.countries",
         "rlvr_div.tasks.math",
         "rlvr_div.tasks.spider",
         "rlvr_div.tasks.synth_sql",
