@@ -38,7 +38,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
-from rlvr_div.trainers.reward_shaping import RewardShaping
+from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
 
 
 def differential_smoothing_advantages(
@@ -84,13 +84,7 @@ _KEYS = ("ds_gamma_p", "ds_gamma_n")
 
 def check_differential_smoothing(args: Any) -> None:
     """One-line ConfigError for a bad ``ds_gamma_*``, both 0, or either set without ``differential_smoothing``."""
-    if getattr(args, "reward_shaping", "none") != "differential_smoothing":
-        for key in _KEYS:
-            value = getattr(args, key)
-            if value != getattr(DifferentialSmoothingArgs, key):
-                raise ConfigError(
-                    f"{key}={value} acts only with reward_shaping: differential_smoothing (got {args.reward_shaping!r})"
-                )
+    if shaping_inactive(args, "differential_smoothing", DifferentialSmoothingArgs):
         return
     for key in _KEYS:
         value = getattr(args, key)

@@ -38,7 +38,7 @@ from accelerate.utils import gather_object
 from rlvr_div.errors import ConfigError
 from rlvr_div.rewards.base import completion_text
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping
+from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
 
 STATE_FILE = "outcome_counts.json"
 
@@ -173,12 +173,7 @@ class OutcomeExplorationArgs:
 def check_outcome_exploration(args: Any) -> None:
     """One-line ConfigError for bad ``outcome_*`` coefficients, or ones set without ``outcome_exploration``."""
     coefs = {"outcome_bonus_coef": args.outcome_bonus_coef, "outcome_penalty_coef": args.outcome_penalty_coef}
-    if getattr(args, "reward_shaping", "none") != "outcome_exploration":
-        for key, value in coefs.items():
-            if value != getattr(OutcomeExplorationArgs, key):
-                raise ConfigError(
-                    f"{key}={value} acts only with reward_shaping: outcome_exploration (got {args.reward_shaping!r})"
-                )
+    if shaping_inactive(args, "outcome_exploration", OutcomeExplorationArgs):
         return
     for key, value in coefs.items():
         if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):

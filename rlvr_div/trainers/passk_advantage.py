@@ -31,7 +31,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
-from rlvr_div.trainers.reward_shaping import RewardShaping
+from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
 
 
 def passk_group_advantages(n: int, c: int, k: int) -> tuple[float, float]:
@@ -88,11 +88,7 @@ class PassKTrainingArgs:
 def check_passk_training(args: object) -> None:
     """One-line ConfigError for a bad ``passk_k``, or one set while ``reward_shaping`` is not ``passk_training``."""
     k = args.passk_k
-    if getattr(args, "reward_shaping", "none") != "passk_training":
-        if k != PassKTrainingArgs.passk_k:
-            raise ConfigError(
-                f"passk_k={k} acts only with reward_shaping: passk_training (got {args.reward_shaping!r})"
-            )
+    if shaping_inactive(args, "passk_training", PassKTrainingArgs):
         return
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"passk_k must be an integer >= 1, got {k!r}")

@@ -58,7 +58,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups, shaping_inactive
 
 DIVERSITY_MODES = ("valid", "all")
 MAX_SETS = 200_000  # C(G, n) above this is refused: every set of a group is scored
@@ -159,12 +159,7 @@ class PolychromicArgs:
 def check_polychromic(args: Any) -> None:
     """One-line ConfigError for a bad ``polychromic_*`` key, or one set without ``reward_shaping: polychromic``."""
     n, mode = args.polychromic_set_size, args.polychromic_diversity
-    if getattr(args, "reward_shaping", "none") != "polychromic":
-        for key, value in (("polychromic_set_size", n), ("polychromic_diversity", mode)):
-            if value != getattr(PolychromicArgs, key):
-                raise ConfigError(
-                    f"{key}={value} acts only with reward_shaping: polychromic (got {args.reward_shaping!r})"
-                )
+    if shaping_inactive(args, "polychromic", PolychromicArgs):
         return
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ConfigError(f"polychromic_set_size must be an integer >= 2, got {n!r}")

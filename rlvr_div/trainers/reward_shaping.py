@@ -12,6 +12,7 @@ advantage itself and is used as it is: centring or scaling would bias it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -95,6 +96,19 @@ class ShapingChoice(GRPOPlugin):
         known = shaping_names()
         if args.reward_shaping not in known:
             raise ConfigError(f"unknown reward_shaping {args.reward_shaping!r}; known: {', '.join(known)}")
+
+
+def shaping_inactive(args: Any, name: str, own: type) -> bool:
+    """Whether shaping ``name`` is off (``reward_shaping`` is something else); then a one-line ConfigError for any of
+    its own keys (the fields of its Args dataclass ``own``) set away from its default: a key that would not act is
+    refused, not ignored."""
+    if getattr(args, "reward_shaping", "none") == name:
+        return False
+    for f in dataclasses.fields(own):
+        value = getattr(args, f.name)
+        if value != f.default:
+            raise ConfigError(f"{f.name}={value} acts only with reward_shaping: {name} (got {args.reward_shaping!r})")
+    return True
 
 
 def check_unscaled(args: Any) -> None:

@@ -37,7 +37,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
-from rlvr_div.trainers.reward_shaping import RewardShaping, groups
+from rlvr_div.trainers.reward_shaping import RewardShaping, groups, shaping_inactive
 
 Q_FLOOR = 1e-6  # the released code clamps q before inverting it
 
@@ -97,9 +97,7 @@ class UCPOArgs:
 def check_ucpo(args: Any) -> None:
     """One-line ConfigError for ``ucpo_tau`` outside (0, 1], or set without ``reward_shaping: ucpo``."""
     tau = args.ucpo_tau
-    if getattr(args, "reward_shaping", "none") != "ucpo":
-        if tau != UCPOArgs.ucpo_tau:
-            raise ConfigError(f"ucpo_tau={tau} acts only with reward_shaping: ucpo (got {args.reward_shaping!r})")
+    if shaping_inactive(args, "ucpo", UCPOArgs):
         return
     if isinstance(tau, bool) or not (isinstance(tau, int | float) and math.isfinite(tau) and 0 < tau <= 1):
         raise ConfigError(f"ucpo_tau must be a finite number in (0, 1] (0 is plain GRPO), got {tau!r}")

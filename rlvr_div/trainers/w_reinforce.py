@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, shaping_inactive
 
 
 def w_reinforce_advantages(
@@ -51,12 +51,7 @@ class WReinforceArgs:
 def check_w_reinforce(args: Any) -> None:
     """One-line ConfigError for bad ``psr_weight``/``nsr_weight``, or either set without ``w_reinforce``."""
     weights = {"psr_weight": args.psr_weight, "nsr_weight": args.nsr_weight}
-    if getattr(args, "reward_shaping", "none") != "w_reinforce":
-        for key, value in weights.items():
-            if value != getattr(WReinforceArgs, key):
-                raise ConfigError(
-                    f"{key}={value} acts only with reward_shaping: w_reinforce (got {args.reward_shaping!r})"
-                )
+    if shaping_inactive(args, "w_reinforce", WReinforceArgs):
         return
     for key, value in weights.items():
         if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):

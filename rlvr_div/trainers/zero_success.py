@@ -34,7 +34,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups, shaping_inactive
 
 
 def zero_success_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:
@@ -74,12 +74,7 @@ class ZeroSuccessArgs:
 def check_zero_success(args: Any) -> None:
     """One-line ConfigError for a bad ``zero_success_weight`` or one set without ``reward_shaping: zero_success``."""
     weight = args.zero_success_weight
-    if getattr(args, "reward_shaping", "none") != "zero_success":
-        if weight != ZeroSuccessArgs.zero_success_weight:
-            raise ConfigError(
-                f"zero_success_weight={weight} acts only with reward_shaping: zero_success "
-                f"(got {args.reward_shaping!r})"
-            )
+    if shaping_inactive(args, "zero_success", ZeroSuccessArgs):
         return
     if isinstance(weight, bool) or not (isinstance(weight, int | float) and math.isfinite(weight) and weight > 0):
         raise ConfigError(f"zero_success_weight must be a finite number > 0, got {weight!r}")
