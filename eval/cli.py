@@ -128,16 +128,17 @@ def main(argv: list[str] | None = None) -> int:
 
     parser.error = one_line  # type: ignore[method-assign]
     args = parser.parse_args(argv)
+    job = _prepare(args)  # every check first: a refused command leaves no lock file behind
     with directory_lock(args.output_dir, "evaluation", "--output-dir"):  # one writer per --output-dir
-        return _evaluate(args)
+        return _evaluate(args, job)
 
 
-def _evaluate(args: argparse.Namespace) -> int:
-    """Validate, sample or score, report; ``--output-dir``'s lock is held."""
-    from eval.runner import prepare, run
+def _prepare(args: argparse.Namespace) -> Any:
+    """The checked job (one-line ConfigErrors; nothing is written)."""
+    from eval.runner import prepare
     from eval.settings import with_gguf_file
 
-    job = prepare(
+    return prepare(
         with_gguf_file(args.model, args.gguf_file),
         samples=args.samples,
         task=args.task,
@@ -164,6 +165,12 @@ def _evaluate(args: argparse.Namespace) -> int:
         maj_subsets=args.maj_subsets,
         fresh=args.fresh,
     )
+
+
+def _evaluate(args: argparse.Namespace, job: Any) -> int:
+    """Sample or score, report; ``--output-dir``'s lock is held."""
+    from eval.runner import run
+
     results = run(job, progress=not args.quiet)
     if args.lm_eval_log:
         from eval.records import load_records

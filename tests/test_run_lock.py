@@ -87,6 +87,19 @@ def test_a_second_evaluation_on_the_same_output_dir_is_refused_then_runs(tmp_pat
     assert sorted(json.loads(x)["index"] for x in lines) == [0, 1, 2]
 
 
+def test_a_refused_evaluation_takes_no_lock(tmp_path, capsys, no_model_loads):
+    """A bad argument is one line before the lock is taken: no lock file, no output directory, and a holder of
+    the directory is not even asked."""
+    out = tmp_path / "eval"
+    bad = ["eval", "--samples", f"m={tmp_path / 'missing.jsonl'}", "--reward", "arith_exact", "--quiet"]
+    assert cli_main([*bad, "--output-dir", str(out)]) == 2
+    assert "missing.jsonl" in _one_line(capsys)
+    assert not out.exists() and not any(p.exists() for p in lock_paths(out))
+    with held_elsewhere(out, "evaluation"):  # the argument error, not the lock's refusal
+        assert cli_main([*bad, "--output-dir", str(out)]) == 2
+        assert "missing.jsonl" in _one_line(capsys)
+
+
 def test_a_killed_holders_lock_is_taken_over(tmp_path):
     """SIGKILL leaves the lock file and the dead holder's PID entry; the OS released the lock, so the next writer
     takes it, names itself while it holds it, and removes its entry when done. Re-entrant within a process."""
