@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.classes import base_by_class, class_table, held_out_path, lost_versus_baseline, primary_comparison
-from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, trajectory_point
+from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, path_value_at, trajectory_point
 from collapse_bench.per_prompt import by_difficulty, versus_base
 from collapse_bench.runs import read_result, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
@@ -26,21 +26,6 @@ PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_an
 MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
 SHIFTED = ("shifted_pass_kmax", "shifted_mass")  # the shifted verifier at matched validity, where measured
 LEVELS = (0.75, 0.85, 0.9, 0.95)  # the fixed validities at which two training paths are compared
-
-
-def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | None:
-    """``key`` where a training path (points ``{"step", "mu", key}``) first reaches validity ``mu``: linear in μ
-    between the two consecutive points (by step) whose validities bracket ``mu``; None if no segment does (the run
-    never reached that validity, or ``mu`` lies below every point)."""
-    points = sorted(path, key=lambda p: p["step"])
-    for a, b in zip(points, points[1:]):
-        lo, hi = sorted((a["mu"], b["mu"]))
-        if lo <= mu <= hi:
-            if hi == lo:
-                return float(a[key])
-            w = (mu - a["mu"]) / (b["mu"] - a["mu"])
-            return float(a[key] + w * (b[key] - a[key]))
-    return float(points[0][key]) if len(points) == 1 and points[0]["mu"] == mu else None
 
 
 def matched_levels(

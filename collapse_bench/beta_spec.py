@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.measure import PER_PROMPT_PATH_KEYS
 from collapse_bench.spec import RESERVED, checked_mapping
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
@@ -19,10 +20,13 @@ KINDS = ("sampled", "exact", "anneal", "point")
 DTYPES = ("float32", "float64")
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
-            "reached_kl"}  # fmt: skip
+            "reached_kl", "path_dense", "path_per_prompt", "primary"}  # fmt: skip
 ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas",
             "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
+PATH_DENSE_KEYS = {"above_mu", "every"}
+PRIMARY_KEYS = {"arm", "against", "key", "levels", "direction", "resamples"}
+PRIMARY_DIRECTIONS = ("negative", "positive")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,31 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class PathDense:
+    """Denser path points near the top: once the last point's validity μ exceeds ``above_mu``, a point every
+    ``every`` steps (besides every ``path_every``-th), so matched validity at 0.9 and 0.95 is read inside a short
+    segment, not across a jump."""
+
+    above_mu: float
+    every: int
+
+
+@dataclass(frozen=True)
+class Primary:
+    """The primary comparison, declared in the config before the runs: ``arm`` minus ``against`` in the path number
+    ``key`` on the measured training prompts at each validity in ``levels`` (matched along both paths, paired by
+    seed); ``direction`` is the sign that would support the claim; Holm over the levels; the interval includes prompt
+    sampling (``resamples`` bootstrap draws of the prompts, :func:`collapse_bench.per_prompt.matched_with_prompts`)."""
+
+    arm: str
+    against: str
+    key: str
+    levels: tuple[float, ...]
+    direction: str
+    resamples: int = 2000
+
+
+@dataclass(frozen=True)
 class Study:
     model: str
     task: str
@@ -76,6 +105,11 @@ class Study:
     samples: int = 0  # samples per measured prompt at the end: sampled validity and non-canonical mass (0: none)
     measure_batch_size: int = 512  # sequences per teacher-forced forward (smaller for a large vocabulary)
     reached_kl: float = 0.01  # the report calls a sampling-free run's β reached where KL(π̄‖p̄_β) ends below this (nats)
+
+    # once the last path point's validity exceeds ``above_mu``, a point every ``every`` steps as well (None: never)
+    path_dense: PathDense | None = None
+    path_per_prompt: bool = False  # path points also carry each measured prompt's μ, KL(p*‖π_v), effective answers
+    primary: Primary | None = None  # the study's primary comparison, written before its runs
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -196,6 +230,24 @@ def load_study(path: str | Path) -> Study:
     if not arms or len({a.name for a in arms}) != len(arms):
         raise ConfigError("arms must be a non-empty list with distinct names")
     ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
+    path_dense = None
+    if raw.get("path_dense") is not None:
+        dense = checked_mapping(raw["path_dense"], "path_dense", PATH_DENSE_KEYS)
+        above = dense.get("above_mu")
+        if not isinstance(above, (int, float)) or isinstance(above, bool) or not 0 <= above < 1:
+            raise ConfigError(f"path_dense.above_mu must be a number in [0, 1), got {above!r}")
+        path_dense = PathDense(float(above), _positive_int(dense.get("every"), "path_dense.every"))
+    per_prompt = raw.get("path_per_prompt", False)
+    if not isinstance(per_prompt, bool):
+        raise ConfigError(f"path_per_prompt must be true or false, got {per_prompt!r}")
+    for key in ("path_dense", "path_per_prompt"):
+        exact = next((a.name for a in arms if a.kind in ("exact", "anneal")), None)
+        if raw.get(key) and exact is not None:
+            raise ConfigError(
+                f"{key} shapes the training path of sampled arms and points; arm {exact!r} is "
+                "sampling-free (its path is every path_every steps, means only)"
+            )
+    primary = None if raw.get("primary") is None else _primary(raw["primary"], arms, per_prompt)
     return Study(
         model=str(raw.get("model", "tiny")),
         task=str(raw.get("task", "pairsum")),
@@ -215,7 +267,32 @@ def load_study(path: str | Path) -> Study:
         samples=samples,
         measure_batch_size=_positive_int(raw.get("measure_batch_size", 512), "measure_batch_size"),
         reached_kl=_positive_number(raw.get("reached_kl", 0.01), "reached_kl"),
+        path_dense=path_dense,
+        path_per_prompt=per_prompt,
+        primary=primary,
     )
+
+
+def _primary(raw: Any, arms: list[Arm], per_prompt: bool) -> Primary:
+    """The ``primary`` block, checked: both arms exist, the key is a per-prompt path number, levels in (0, 1]."""
+    p = checked_mapping(raw, "primary", PRIMARY_KEYS)
+    names = [a.name for a in arms]
+    for role in ("arm", "against"):
+        if p.get(role) not in names:
+            raise ConfigError(f"primary.{role} must name an arm ({', '.join(names)}), got {p.get(role)!r}")
+    if p.get("key") not in PER_PROMPT_PATH_KEYS:
+        raise ConfigError(f"primary.key must be one of {', '.join(PER_PROMPT_PATH_KEYS)}, got {p.get('key')!r}")
+    levels = p.get("levels")
+    if not isinstance(levels, list) or not levels or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in levels):  # fmt: skip
+        raise ConfigError(f"primary.levels must be a non-empty list of validities in (0, 1], got {levels!r}")
+    if p.get("direction") not in PRIMARY_DIRECTIONS:
+        raise ConfigError(f"primary.direction must be one of {', '.join(PRIMARY_DIRECTIONS)}, got "
+                          f"{p.get('direction')!r}")  # fmt: skip
+    if not per_prompt:
+        raise ConfigError("primary needs path_per_prompt: true (its interval resamples the prompts)")
+    return Primary(p["arm"], p["against"], p["key"], tuple(float(v) for v in levels), p["direction"],
+                   _positive_int(p.get("resamples", 2000), "primary.resamples"))  # fmt: skip
 
 
 def study_runs(study: Study) -> list[StudyRun]:

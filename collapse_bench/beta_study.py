@@ -48,6 +48,7 @@ from typing import Any
 
 from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, predecessor, study_runs
 from collapse_bench.measure import (
+    PER_PROMPT_PATH_KEYS,
     exact_trajectory,
     logprobs_of,
     split_rows,
@@ -99,7 +100,13 @@ def run_identity(study: Study, run: StudyRun) -> str:
         "convergence": {k: v for k, v in asdict(study.convergence).items() if k != "stop_at_mu" or v is not None},
     }  # fmt: skip
     # the settings added for the real-LM study count only when set, so the β study's finished runs keep their identity
-    extra = {"gguf_file": study.gguf_file, "prompts": study.prompts, "samples": study.samples}
+    extra = {
+        "gguf_file": study.gguf_file,
+        "prompts": study.prompts,
+        "samples": study.samples,
+        "path_dense": study.path_dense and asdict(study.path_dense),
+        "path_per_prompt": study.path_per_prompt,
+    }
     data |= {k: v for k, v in extra.items() if v}
     if arm.kind in ("exact", "anneal"):  # they read only these of the shared settings, never stop at a plateau
         data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
@@ -245,9 +252,13 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
     b = base["splits"]["train"]
     temperature = float(study.common.get("temperature", 1.0))
     path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
+    if study.path_per_prompt:
+        path[0]["per_prompt"] = {k: b["summary"]["per_prompt"][k] for k in PER_PROMPT_PATH_KEYS}
+    dense = None if study.path_dense is None else (study.path_dense.above_mu, study.path_dense.every)
     callback = exact_trajectory(b["prompts"], b["valid"], b["logps"], study.ks, study.path_every, temperature, path,
                                 stop=_stopper(study), append_eos=_append_eos(study),
-                                batch_size=study.measure_batch_size)  # fmt: skip
+                                batch_size=study.measure_batch_size, dense=dense,
+                                per_prompt=study.path_per_prompt)  # fmt: skip
     code = train(recipe_argv(arm.recipe, settings), callbacks=[callback])
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")

@@ -258,6 +258,33 @@ def trajectory_point(mean: dict[str, Any], kmax: int) -> dict[str, float]:
     return point
 
 
+def path_value_at(path: list[dict[str, Any]], mu: float, key: str) -> float | None:
+    """``key`` where a training path (points ``{"step", "mu", key}``) first reaches validity ``mu``: linear in μ
+    between the two consecutive points (by step) whose validities bracket ``mu``; None if no segment does (the run
+    never reached that validity, or ``mu`` lies below every point)."""
+    points = sorted(path, key=lambda p: p["step"])
+    for a, b in zip(points, points[1:]):
+        lo, hi = sorted((a["mu"], b["mu"]))
+        if lo <= mu <= hi:
+            if hi == lo:
+                return float(a[key])
+            w = (mu - a["mu"]) / (b["mu"] - a["mu"])
+            return float(a[key] + w * (b[key] - a[key]))
+    return float(points[0][key]) if len(points) == 1 and points[0]["mu"] == mu else None
+
+
+PER_PROMPT_PATH_KEYS = ("mu", "kl_pstar", "effective_answers")  # what a point's ``per_prompt`` holds, per prompt
+
+
+def path_point_due(step: int, last_step: int, every: int, sink: Sequence[dict[str, Any]],
+                   dense: tuple[float, int] | None = None) -> bool:  # fmt: skip
+    """Whether the path takes a point after optimiser step ``step``: every ``every``-th step and the last; with
+    ``dense`` = (above_mu, dense_every) also every ``dense_every``-th step once the last point's μ exceeds above_mu."""
+    if step % every == 0 or step == last_step:
+        return True
+    return dense is not None and bool(sink) and sink[-1]["mu"] > dense[0] and step % dense[1] == 0
+
+
 def exact_trajectory(
     prompts: Sequence[str],
     valid: Sequence[Sequence[str]],
@@ -270,6 +297,8 @@ def exact_trajectory(
     append_eos: bool = True,
     batch_size: int = 512,
     structure: Structure | None = None,
+    dense: tuple[float, int] | None = None,
+    per_prompt: bool = False,
 ) -> Any:
     """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
     answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
@@ -277,7 +306,9 @@ def exact_trajectory(
     ends, against which another run's end point is compared at the same validity. ``stop(sink)`` True after a point
     ends training there (a plateau criterion). ``append_eos`` False: the valid strings carry their own end
     (``TaskSpec.ends_with_eos``). ``structure``: the prompts' :class:`Structure`, whose numbers the points then
-    carry too."""
+    carry too. ``dense`` = (above_mu, dense_every): points every ``dense_every`` steps as well once the last point's
+    μ exceeds above_mu (:func:`path_point_due`). ``per_prompt``: each point also holds ``per_prompt``, the prompts'
+    own :data:`PER_PROMPT_PATH_KEYS` in ``prompts``' order (a bootstrap over prompts reads the path from them)."""
     import torch
     from transformers import TrainerCallback
 
@@ -285,15 +316,18 @@ def exact_trajectory(
 
     class ExactTrajectory(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):  # noqa: ANN001
-            if state.global_step % every and state.global_step != state.max_steps:
+            if not path_point_due(state.global_step, state.max_steps, every, sink, dense):
                 return
             was_training = model.training
             model.eval()
             with torch.no_grad():
                 logps = sequence_logprobs(model, processing_class, prompts, valid, temperature, batch_size, append_eos)
             model.train(was_training)
-            mean = summarise(prompts, valid, logps, base_logps, ks, structure)["mean"]
-            sink.append({"step": state.global_step, **trajectory_point(mean, kmax)})
+            summary = summarise(prompts, valid, logps, base_logps, ks, structure)
+            point = {"step": state.global_step, **trajectory_point(summary["mean"], kmax)}
+            if per_prompt:
+                point["per_prompt"] = {k: [float(v) for v in summary["per_prompt"][k]] for k in PER_PROMPT_PATH_KEYS}
+            sink.append(point)
             if stop is not None and stop(sink):
                 control.should_training_stop = True
 

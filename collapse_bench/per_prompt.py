@@ -1,5 +1,6 @@
 """Comparisons that need each prompt's numbers, not only a split's mean: a method against the untrained base at every
-k with an interval that includes prompt sampling, and validity by the base's difficulty.
+k with an interval that includes prompt sampling, two training paths at matched validity with the same, and validity
+by the base's difficulty.
 
 Both read the exact per-prompt validities μ_s(x) of a method's seed-s run and A(x) of the base on the same prompts
 (the ``per_prompt`` lists of ``result.json`` and ``base/<task>.json``, in the split's order).
@@ -12,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import MIN_PROBLEMS
-from collapse_bench.stats import mean_ci
+from collapse_bench.measure import MIN_PROBLEMS, path_value_at
+from collapse_bench.stats import mean_ci, t_cdf, t_quantile
 
 # base validity A(x): hard, middle, near-perfect (8 of 8 correct with probability ≥ 0.66 at A ≥ 0.95)
 DIFFICULTY_BINS = ((0.0, 0.5), (0.5, 0.95), (0.95, 1.0))
@@ -88,4 +89,87 @@ def by_difficulty(
             entry["base_mu"] = float(base[mask].mean())
             entry["mu"] = mean_ci([float(np.asarray(v, float)[mask].mean()) for v in per_seed_mu.values()])
         out.append(entry)
+    return out
+
+
+def _path_arrays(path: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """A path's steps and its points' per-prompt μ and ``key`` as (points, prompts) arrays."""
+    if not all("per_prompt" in p for p in path):
+        raise ValueError("a path point has no per_prompt numbers (the study ran without path_per_prompt)")
+    return ([int(p["step"]) for p in path], np.asarray([p["per_prompt"]["mu"] for p in path], float),
+            np.asarray([p["per_prompt"][key] for p in path], float))  # fmt: skip
+
+
+def _level_value(arrays: tuple[list[int], np.ndarray, np.ndarray], prompts: np.ndarray, level: float, key: str
+                 ) -> float | None:  # fmt: skip
+    """``key`` where a path first reaches validity ``level``, with the path's μ and ``key`` recomputed as means over
+    the prompt indices ``prompts`` (:func:`path_value_at`'s rule)."""
+    steps, mu, values = arrays
+    means_mu, means_key = mu[:, prompts].mean(axis=1), values[:, prompts].mean(axis=1)
+    points = [{"step": t, "mu": float(m), key: float(v)} for t, m, v in zip(steps, means_mu, means_key, strict=True)]
+    return path_value_at(points, level, key)
+
+
+def matched_with_prompts(
+    method_paths: Mapping[int, Sequence[Mapping[str, Any]]],
+    baseline_paths: Mapping[int, Sequence[Mapping[str, Any]]],
+    level: float,
+    key: str,
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Method minus baseline in path number ``key`` at validity ``level``, read along both training paths of each
+    seed s (d_s, :func:`path_value_at` on the prompts' means), with an interval that includes prompt sampling.
+
+    The prompts are the same for every seed (a crossed design), so the seeds' spread leaves the prompts' out: the
+    variance of d̄ = mean_s d_s is taken as sd_s²/n + v_p, where v_p is the variance of d̄ over ``resamples``
+    bootstrap draws of the prompts (with replacement, one draw shared by all seeds and both arms, the paths' μ and
+    ``key`` recomputed on the drawn prompts, so the matched point moves with them). Interval d̄ ± t_{n−1}·se, and the
+    two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Seeds whose two paths do not
+    both reach ``level`` are left out (``seeds`` lists those taken); a draw in which a seed's resampled path misses
+    ``level`` leaves that seed out of that draw (``missed_draws`` counts them)."""
+    seeds, diffs, arrays = [], [], {}
+    for s in sorted(set(method_paths) & set(baseline_paths)):
+        a, b = _path_arrays(method_paths[s], key), _path_arrays(baseline_paths[s], key)
+        arrays[s] = (a, b)
+        everyone = np.arange(a[1].shape[1])
+        va, vb = _level_value(a, everyone, level, key), _level_value(b, everyone, level, key)
+        if va is not None and vb is not None:
+            seeds.append(s)
+            diffs.append(va - vb)
+    out: dict[str, Any] = {"level": level, "key": key, "seeds": seeds, "n": len(seeds), "mean": None, "lo": None,
+                           "hi": None, "half": None, "se_seeds": None, "se_prompts": None, "p": None,
+                           "missed_draws": 0}  # fmt: skip
+    if not seeds:
+        return out
+    mean = float(np.mean(diffs))
+    out["mean"] = mean
+    if len(seeds) < 2:
+        return out
+    n_prompts = arrays[seeds[0]][0][1].shape[1]
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        idx = rng.integers(0, n_prompts, size=n_prompts)
+        ds = []
+        for s in seeds:
+            va, vb = (_level_value(arr, idx, level, key) for arr in arrays[s])
+            if va is None or vb is None:
+                out["missed_draws"] += 1
+            else:
+                ds.append(va - vb)
+        if ds:
+            draws.append(float(np.mean(ds)))
+    n = len(seeds)
+    se_seeds = float(np.std(diffs, ddof=1) / np.sqrt(n))
+    se_prompts = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
+    se = float(np.hypot(se_seeds, se_prompts))
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * se
+    if se > 0:
+        p = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
+    else:
+        p = 0.0 if mean != 0 else 1.0
+    out |= {"lo": mean - half, "hi": mean + half, "half": half, "se_seeds": se_seeds, "se_prompts": se_prompts,
+            "p": p}  # fmt: skip
     return out

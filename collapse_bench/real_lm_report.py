@@ -5,8 +5,10 @@ finished runs of ``rlvr-div beta-study --config bench/real_lm.yaml`` (nothing is
 - per arm: steps, seconds per step, and at the end, on the measured training and test prompts, the exact validity μ,
   the effective number of valid answers, KL(p*‖π_v) and KL(u‖π_v), cov@k and pass@k, beside the sampled validity
   and the mass on non-canonical tokenisations; mean ± 95% t-interval over seeds;
-- the primary comparison, with no chosen end point: each remedy against stock GRPO along both training paths at
-  fixed validities (:func:`collapse_bench.aggregate.matched_levels`), seed by seed.
+- each remedy against stock GRPO along both training paths at fixed validities, with no chosen end point
+  (:func:`collapse_bench.aggregate.matched_levels`), seed by seed;
+- with a ``primary`` block in the config, the study's primary comparison as declared there before the runs: its
+  interval includes prompt sampling (:func:`collapse_bench.per_prompt.matched_with_prompts`), Holm over its levels.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any
 from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study, load_study, study_runs
 from collapse_bench.beta_study import BASE, read_result
-from collapse_bench.stats import mean_ci
+from collapse_bench.per_prompt import matched_with_prompts
+from collapse_bench.stats import holm, mean_ci
 from eval.records import write_json
 
-LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9)
+LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 PATH_KEYS = ("effective_answers", "kl_pstar", "kl_uniform")
 BASELINE = "grpo"
 
@@ -74,7 +77,30 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
         for name, entry in agg["arms"].items():
             if name != BASELINE:
                 agg["matched"][name] = matched_levels(entry["paths"], baseline["paths"], LEVELS, PATH_KEYS)
+    agg["primary"] = primary(study, agg) if study.primary is not None else None
     return agg
+
+
+def primary(study: Study, agg: dict[str, Any]) -> dict[str, Any]:
+    """The config's primary comparison: per level, ``arm`` − ``against`` in ``key`` at that validity with the
+    prompt-inclusive interval and p-value; Holm over the levels; ``supported`` where the difference has the declared
+    sign, its interval excludes 0 and it survives Holm."""
+    p = study.primary
+    assert p is not None
+    entry: dict[str, Any] = {"arm": p.arm, "against": p.against, "key": p.key, "direction": p.direction,
+                             "levels": []}  # fmt: skip
+    a, b = agg["arms"].get(p.arm), agg["arms"].get(p.against)
+    if a is None or b is None:
+        entry["missing"] = [name for name, e in ((p.arm, a), (p.against, b)) if e is None]
+        return entry
+    levels = [matched_with_prompts(a["paths"], b["paths"], mu, p.key, p.resamples) for mu in p.levels]
+    survives = holm({i: lv["p"] for i, lv in enumerate(levels)})
+    for i, lv in enumerate(levels):
+        sign_ok = lv["mean"] is not None and (lv["mean"] < 0 if p.direction == "negative" else lv["mean"] > 0)
+        excludes = lv["lo"] is not None and (lv["lo"] > 0 or lv["hi"] < 0)
+        lv |= {"holm": survives[i], "supported": bool(sign_ok and excludes and survives[i])}
+    entry["levels"] = levels
+    return entry
 
 
 def _pm(ci: dict[str, Any], digits: int = 3) -> str:
@@ -85,13 +111,14 @@ def _pm(ci: dict[str, Any], digits: int = 3) -> str:
     return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
 
 
-def report(agg: dict[str, Any], command: str, study: Study) -> str:
+def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
     """The tables as markdown."""
     k = agg["kmax"]
+    model = study.model.removeprefix("package:") + (f" ({study.gguf_file})" if study.gguf_file else "")
     lines = [
-        "# Real-LM study: SmolLM2-135M-Instruct, LoRA, `between`",
+        f"# Real-LM study: {model}, `{study.task}`",
         "",
-        f"Made by `{command}` from the runs of `rlvr-div beta-study --config bench/real_lm.yaml`. Every number is a "
+        f"Made by `{command}` from the runs of `rlvr-div beta-study --config {config}`. Every number is a "
         "mean ± 95% t-interval over seeds (per seed: a mean over the measured prompts); exact numbers teacher-force "
         "every valid line; the sampled validity and the non-canonical mass come from "
         f"{study.samples} samples per measured prompt at the end.",
@@ -139,7 +166,39 @@ def report(agg: dict[str, Any], command: str, study: Study) -> str:
                 f"| {name} | {lv['mu']:.1f} | {len(lv['seeds'])} | {_pm(lv['effective_answers'], 2)} "
                 f"| {_pm(lv['kl_pstar'])} | {_pm(lv['kl_uniform'])} |"
             )
+    if agg.get("primary"):
+        lines += ["", *_primary_lines(agg["primary"], study)]
     return "\n".join(lines) + "\n"
+
+
+def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
+    p = study.primary
+    assert p is not None
+    lines = [
+        "## The primary comparison (declared in the config before the runs)",
+        "",
+        f"{p.arm} − {p.against} in {p.key} on the measured training prompts at validity "
+        f"{', '.join(f'{v:g}' for v in p.levels)}, read along both training paths of each seed; the interval is "
+        f"d̄ ± t(n−1)·√(sd²/n + v_p), v_p the variance of d̄ over {p.resamples} bootstrap draws of the prompts (the "
+        f"prompts are shared by all seeds, so the seeds' spread leaves their sampling out); Holm over the levels. "
+        f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
+        "",
+    ]
+    if entry.get("missing"):
+        return [*lines, f"Not computed: no finished runs of {', '.join(entry['missing'])}."]
+    lines += ["| μ | seeds | difference | 95% interval | se (seeds) | se (prompts) | p | Holm | supported |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for lv in entry["levels"]:
+        if lv["mean"] is None:
+            lines.append(f"| {lv['level']:g} | 0 | – | – | – | – | – | – | no |")
+            continue
+        interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
+        se_s = "–" if lv["se_seeds"] is None else f"{lv['se_seeds']:.3f}"
+        se_p = "–" if lv["se_prompts"] is None else f"{lv['se_prompts']:.3f}"
+        pv = "–" if lv["p"] is None else f"{lv['p']:.3g}"
+        lines.append(f"| {lv['level']:g} | {lv['n']} | {lv['mean']:+.3f} | {interval} | {se_s} | {se_p} | {pv} "
+                     f"| {'yes' if lv['holm'] else 'no'} | {'yes' if lv['supported'] else 'no'} |")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     agg = aggregate(study, out)
     command = f"python -m collapse_bench.real_lm_report --config {args.config} --out {args.out}"
     write_json(out / "report.json", {k: v for k, v in agg.items()})
-    (out / "report.md").write_text(report(agg, command, study))
+    (out / "report.md").write_text(report(agg, command, study, args.config))
     print((out / "report.md").read_text())
     return 0
 

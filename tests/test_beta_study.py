@@ -289,7 +289,7 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
     assert at[0.5]["seeds"] == [1, 2] and at[0.5]["effective_answers"]["mean"] == pytest.approx(3.0)
     # μ = 0.9: forward KL 14 + s, GRPO 10 + s + (0.2/0.25)·(4 − 10) = 5.2 + s → +8.8
     assert at[0.9]["effective_answers"]["mean"] == pytest.approx(8.8)
-    assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study)
+    assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study, "bench/real_lm.yaml")
 
 
 def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path):
@@ -304,3 +304,134 @@ def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path)
     three = load_study(_write(tmp_path, BASE_CONFIG + "prompts: {train: 3, test: 2}\n"))
     with pytest.raises(ConfigError, match="measured other train prompts"):
         measure_base(three, out)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("path_dense: {above_mu: 1.2, every: 2}", r"path_dense.above_mu must be a number in \[0, 1\)"),
+        ("path_dense: {above_mu: 0.5, every: 0}", "path_dense.every must be an integer >= 1"),
+        ("path_dense: {above: 0.5, every: 2}", "unknown key 'above'"),
+        ("path_per_prompt: yes please", "path_per_prompt must be true or false"),
+        ("path_per_prompt: true", "path_per_prompt shapes the training path of sampled arms and points; arm 'exact'"),
+    ],
+)
+def test_path_settings_are_checked(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        load_study(_write(tmp_path, BASE_CONFIG + extra + "\n"))
+    assert "\n" not in str(err.value)
+
+
+COUNTRIES = ROOT / "bench" / "real_lm_countries.yaml"
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("arm: alpha_dpg", "arm: dpg"), "primary.arm must name an arm"),
+        (("key: kl_pstar", "key: pass_at"), "primary.key must be one of mu, kl_pstar, effective_answers"),
+        (("levels: [0.6, 0.7, 0.8]", "levels: [0.6, 1.7]"), "primary.levels must be a non-empty list"),
+        (("direction: negative", "direction: down"), "primary.direction must be one of negative, positive"),
+        (("path_per_prompt: true", "path_per_prompt: false"), "primary needs path_per_prompt: true"),
+    ],
+)
+def test_the_primary_block_is_checked(tmp_path, edit, message):
+    text = COUNTRIES.read_text().replace("../recipes/", f"{ROOT}/recipes/")
+    assert edit[0] in text
+    with pytest.raises(ConfigError, match=message) as err:
+        load_study(_write(tmp_path, text.replace(*edit)))
+    assert "\n" not in str(err.value)
+
+
+def test_the_countries_study_declares_its_primary_comparison():
+    study = load_study(COUNTRIES)
+    assert study.primary is not None and (study.primary.arm, study.primary.against) == ("alpha_dpg", "grpo")
+    assert study.path_per_prompt and study.path_dense is not None and study.prompts == {"train": 32, "test": 32}
+    assert {r.arm for r in study_runs(study)} == {"grpo", "alpha_dpg"} and len(study.seeds) == 5
+
+
+def test_a_path_point_is_due_every_n_steps_and_densely_near_the_top():
+    from collapse_bench.measure import path_point_due
+
+    low, high = [{"mu": 0.4}], [{"mu": 0.75}]
+    assert path_point_due(10, 100, 5, low) and path_point_due(100, 100, 5, low) and path_point_due(3, 3, 5, low)
+    assert not path_point_due(12, 100, 5, low) and not path_point_due(12, 100, 5, high)  # dense off
+    assert path_point_due(12, 100, 5, high, dense=(0.7, 2)) and not path_point_due(12, 100, 5, low, dense=(0.7, 2))
+    assert not path_point_due(13, 100, 5, high, dense=(0.7, 2)) and not path_point_due(12, 100, 5, [], (0.7, 2))
+
+
+def _prompt_path(mu_start, mu_end, key_end):
+    """Two path points (steps 0 and 10) with per-prompt μ and KL(p*‖π_v) (0 at the start)."""
+
+    def point(step, mu, kl):
+        return {"step": step, "mu": sum(mu) / len(mu), "kl_pstar": sum(kl) / len(kl), "effective_answers": 1.0,
+                "kl_uniform": 0.0,
+                "per_prompt": {"mu": list(mu), "kl_pstar": list(kl), "effective_answers": [1.0] * len(mu)}}  # fmt: skip
+
+    return [point(0, mu_start, [0.0] * len(mu_start)), point(10, mu_end, key_end)]
+
+
+def test_matched_validity_with_prompt_sampling():
+    """d_s at μ = 0.5 from the prompts' means; the prompt draws move the matched point, so se (prompts) > 0."""
+    from collapse_bench.per_prompt import matched_with_prompts
+
+    grpo = {s: _prompt_path([0.2, 0.4], [0.6, 0.8], [1.0, 3.0]) for s in (1, 2, 3)}
+    dpg = {s: _prompt_path([0.2, 0.4], [0.6, 0.8], [0.5 + 0.1 * s, 1.5 + 0.1 * s]) for s in (1, 2, 3)}
+    out = matched_with_prompts(dpg, grpo, 0.5, "kl_pstar", resamples=200)
+    # μ = 0.5 halfway from 0.3 to 0.7: GRPO 1.0, α-DPG 0.5 (1 + 0.2 s)/2... = 0.5 + 0.05 s → d_s = −0.5 + 0.05 s
+    assert out["seeds"] == [1, 2, 3] and out["mean"] == pytest.approx(-0.4)
+    assert out["se_seeds"] == pytest.approx(0.05 / 3**0.5) and out["se_prompts"] > 0
+    assert out["lo"] < out["mean"] < out["hi"] < 0 and 0 < out["p"] < 0.05
+    assert out["missed_draws"] == 0
+    same = matched_with_prompts(grpo, grpo, 0.5, "kl_pstar", resamples=50)
+    assert same["mean"] == 0 and same["half"] == 0 and same["p"] == 1.0
+    assert matched_with_prompts(dpg, grpo, 0.9, "kl_pstar")["seeds"] == []  # never reached
+    bare = {1: [{k: v for k, v in p.items() if k != "per_prompt"} for p in grpo[1]]}
+    with pytest.raises(ValueError, match="no per_prompt numbers"):
+        matched_with_prompts(bare, grpo, 0.5, "kl_pstar")
+
+
+def test_the_real_lm_report_computes_the_declared_primary_comparison(tmp_path):
+    from collapse_bench.beta_study import run_identity
+    from collapse_bench.real_lm_report import aggregate, report
+    from eval.records import write_json
+
+    study = load_study(COUNTRIES)
+    mean = {"mu": 0.3, "effective_answers": 2.0, "kl_pstar": 0.1, "kl_uniform": 0.2, "cov_at": {"64": 0.5},
+            "pass_at": {"64": 1.0}, "problems": 2}  # fmt: skip
+    write_json(tmp_path / "base.json", {"splits": {s: {"summary": {"mean": mean}} for s in ("train", "test")}})
+    for run in study_runs(study):
+        if run.seed > 3:
+            continue
+        end = [2.0, 2.0] if run.arm == "grpo" else [0.5 + 0.1 * run.seed, 0.7 + 0.1 * run.seed]
+        path = _prompt_path([0.3, 0.3], [0.7, 0.7], end)
+        result = {"run": {"arm": run.arm, "beta": run.beta, "seed": run.seed}, "identity": run_identity(study, run),
+                  "path": path, "splits": {s: {"mean": mean} for s in ("train", "test")}, "steps": 10,
+                  "train": {"seconds": 20.0}, "reached_stop_mu": False}  # fmt: skip
+        (tmp_path / "runs" / run.key).mkdir(parents=True)
+        write_json(tmp_path / "runs" / run.key / "result.json", result)
+    agg = aggregate(study, tmp_path)
+    levels = {lv["level"]: lv for lv in agg["primary"]["levels"]}
+    assert levels[0.6]["n"] == 3 and levels[0.6]["mean"] < 0 and levels[0.6]["supported"]
+    assert levels[0.8]["n"] == 0 and not levels[0.8]["supported"]  # the paths end at μ 0.7
+    text = report(agg, "cmd", study, "bench/real_lm_countries.yaml")
+    assert "## The primary comparison" in text and "| 0.8 | 0 | – |" in text and "`countries`" in text
+
+
+def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):
+    """A point (stock GRPO, 4 steps) with path_every 3 and dense points every 2 steps above μ 0: points at steps 0,
+    2, 3 and 4, each with the measured prompts' own numbers, whose means are the point's."""
+    from collapse_bench.beta_study import run_study
+
+    config = BASE_CONFIG.replace("  - {name: exact, kind: exact}\n", "").split("  - {name: rkl")[0]
+    config = config.replace("path_every: 2", "path_every: 3").replace(
+        "max_steps: 4,", "max_steps: 4, per_device_train_batch_size: 8, num_generations: 4,"
+    ) + ("prompts: {train: 3, test: 2}\npath_dense: {above_mu: 0.0, every: 2}\npath_per_prompt: true\n")
+    study = load_study(_write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]")))
+    assert run_study(study, tmp_path / "out", progress=False) == 1
+    path = read_result(tmp_path / "out", study, StudyRun("grpo", None, 1))["path"]
+    assert [p["step"] for p in path] == [0, 2, 3, 4]
+    for p in path:
+        assert len(p["per_prompt"]["mu"]) == 3
+        assert p["mu"] == pytest.approx(sum(p["per_prompt"]["mu"]) / 3)
+        assert p["kl_pstar"] == pytest.approx(sum(p["per_prompt"]["kl_pstar"]) / 3)

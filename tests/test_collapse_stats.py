@@ -50,7 +50,7 @@ def _point(step, mu, eff, cov=0.5, kl=1.0):
 
 
 def test_path_value_at_interpolates_at_the_first_crossing():
-    from collapse_bench.aggregate import path_value_at
+    from collapse_bench.measure import path_value_at
 
     # validity 0.6 -> 0.8 -> 0.7 -> 0.95; effective answers 14 -> 10 -> 9 -> 3
     path = [_point(20, 0.8, 10.0), _point(0, 0.6, 14.0), _point(40, 0.7, 9.0), _point(60, 0.95, 3.0)]

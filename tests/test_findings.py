@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collapse_bench.aggregate import path_value_at
+from collapse_bench.measure import path_value_at
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "collapse.md"
