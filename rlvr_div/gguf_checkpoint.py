@@ -151,14 +151,21 @@ def assembled_package_gguf(directory: str | os.PathLike, gguf_file: str) -> Path
     directory that does not hold it (the package assembles it elsewhere: a ``package:NAME`` resolved to its directory
     by a caller, with the file name beside it), else None."""
     d = Path(directory).expanduser()
-    if not d.is_dir() or not d.name.isidentifier() or (d / gguf_file).exists():
+    if (d / gguf_file).exists():
+        return None
+    name = package_of_dir(d)
+    return None if name is None else package_gguf(name, gguf_file)
+
+
+def package_of_dir(directory: str | os.PathLike) -> str | None:
+    """The name of the installed package whose own directory ``directory`` is (None: no such package)."""
+    d = Path(directory).expanduser()
+    if not d.is_dir() or not d.name.isidentifier():
         return None
     try:
-        if package_dir(d.name).resolve() != d.resolve():
-            return None
+        return d.name if package_dir(d.name).resolve() == d.resolve() else None
     except ConfigError:
         return None
-    return package_gguf(d.name, gguf_file)
 
 
 def _assemble(name: str) -> Path | None:

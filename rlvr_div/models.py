@@ -23,7 +23,7 @@ from typing import Any
 from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
-from rlvr_div.gguf_checkpoint import PACKAGE, assembled_package_gguf, package_gguf
+from rlvr_div.gguf_checkpoint import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
 from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
 
 # --------------------------------------------------------------------------------------------- loading
@@ -102,12 +102,38 @@ def portable_model_name(name_or_path: str) -> str:
     return name_or_path
 
 
-def store_portable_base(model: Any) -> None:
-    """Make a peft model save :func:`portable_model_name` of its base in ``adapter_config.json`` (peft writes the
-    path the base was loaded from, which for ``tiny`` is the cache directory); no-op for a model without peft."""
+def gguf_source(name_or_path: str, gguf_file: str | None = None) -> str | None:
+    """One model reference that loads the same GGUF checkpoint on another machine, for an adapter to record as its
+    base instead of the dequantised cache directory it was trained from: ``package:NAME`` for an installed package's
+    file (given as ``package:NAME`` or as the package's own directory, as beta-study passes it) when the package alone
+    resolves to that file, else the ``.gguf`` file's absolute path. None: not a GGUF reference, or a file in a hub
+    repository (whose file name one reference cannot carry)."""
+    if not _is_gguf(name_or_path, gguf_file):
+        return None
+    name = name_or_path.removeprefix(PACKAGE) if name_or_path.startswith(PACKAGE) else package_of_dir(name_or_path)
+    if name is not None:
+        target = package_gguf(name, gguf_file).resolve()
+        try:
+            alone = package_gguf(name).resolve()
+        except ConfigError:  # several files: the package alone names none
+            alone = None
+        return PACKAGE + name if alone == target else str(target)
+    path = Path(resolve_model(name_or_path, gguf_file))
+    if not gguf_file:
+        return str(path.resolve())
+    if not path.is_dir():  # a hub repository
+        return None
+    file = path / gguf_file if (path / gguf_file).is_file() else Path(gguf_file).expanduser()
+    return str(file.resolve())
+
+
+def store_portable_base(model: Any, gguf: str | None = None) -> None:
+    """Make a peft model save a portable name of its base in ``adapter_config.json`` (peft writes the path the base
+    was loaded from, a cache directory for ``tiny`` and for a GGUF checkpoint): ``gguf`` (:func:`gguf_source`) when
+    the base came from a GGUF file, else :func:`portable_model_name`; no-op for a model without peft."""
     for config in (getattr(model, "peft_config", None) or {}).values():
         if config.base_model_name_or_path:
-            config.base_model_name_or_path = portable_model_name(config.base_model_name_or_path)
+            config.base_model_name_or_path = gguf or portable_model_name(config.base_model_name_or_path)
 
 
 def _adapter_config(adapter_dir: str | os.PathLike) -> dict[str, Any] | None:

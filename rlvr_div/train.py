@@ -126,6 +126,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
 
     from rlvr_div.models import (
         checkpoint_path,
+        gguf_source,
         load_tokenizer,
         model_init_kwargs,
         quantization_config,
@@ -179,7 +180,8 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
                 raise ConfigError(lora_error_line(e, model)) from None
             raise
     _tied_weights_are_not_missing(trainer)
-    store_portable_base(trainer.model)  # an adapter on tiny records tiny-<spec hash>, not the cache path
+    # an adapter records tiny-<spec hash> or its GGUF source (package:NAME or the file), not a cache path
+    store_portable_base(trainer.model, gguf_source(model.model_name_or_path, script.gguf_file))
     if not script.console_logs:
         _progress_bar_only(trainer)
     return trainer

@@ -179,3 +179,31 @@ def test_gemma3_270m_loads_and_scores_one_prompts_valid_answers_chunked(caplog):
     diff = max(abs(a - b) for a, b in zip(logp[:8], full_seq))
     print(f"\ngemma3-270m: load {loaded - start:.1f} s, {len(valid)} answers scored in {scored - loaded:.1f} s, "
           f"mu {mu:.4f}, chunked vs full max |diff| {diff:.2e}")  # fmt: skip
+
+
+def test_an_adapter_records_its_gguf_source_not_the_cache_path(shipped, assembling, tmp_path, monkeypatch):
+    """gguf_source: package:NAME where the package alone names the file (also given as the package's directory, as
+    beta-study passes it), the file's absolute path for a GGUF file elsewhere, None for what is no GGUF reference;
+    store_portable_base writes it as the adapter's base."""
+    from types import SimpleNamespace
+
+    from rlvr_div.models import gguf_source, store_portable_base
+
+    name, d = shipped
+    assert gguf_source(f"package:{name}") == f"package:{name}"
+    assert gguf_source(f"package:{name}", "model.Q4_1.gguf") == f"package:{name}"
+    assert gguf_source(str(d), "model.Q4_1.gguf") == f"package:{name}"
+    a_name, a_dir, target = assembling
+    assert gguf_source(str(a_dir), target.name) == f"package:{a_name}"
+    (d / "other.gguf").write_bytes(b"GGUF")  # two files: the package alone names neither
+    assert gguf_source(f"package:{name}", "other.gguf") == str((d / "other.gguf").resolve())
+    local = tmp_path / "models"
+    local.mkdir()
+    (local / "m.gguf").write_bytes(b"GGUF")
+    assert gguf_source(str(local), "m.gguf") == str((local / "m.gguf").resolve())
+    assert gguf_source(str(local / "m.gguf")) == str((local / "m.gguf").resolve())
+    assert gguf_source(str(local)) is None and gguf_source("org/repo") is None
+    assert gguf_source("org/repo", "m.gguf") is None  # a hub file: one reference cannot carry its name
+    model = SimpleNamespace(peft_config={"default": SimpleNamespace(base_model_name_or_path="/cache/gguf-0123")})
+    store_portable_base(model, f"package:{name}")
+    assert model.peft_config["default"].base_model_name_or_path == f"package:{name}"
