@@ -60,6 +60,7 @@ from collapse_bench.runs import code_commit, training_summary
 from collapse_bench.spec import recipe_argv
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
+from rlvr_div.run_lock import clear_directory
 
 ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")
 STATE = "study.json"
@@ -442,8 +443,8 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     trained. A failed run is reported in one line with its log and the others go on; the exit is then non-zero."""
     from tqdm.auto import tqdm
 
-    if fresh and out.exists():
-        shutil.rmtree(out)
+    if fresh:
+        clear_directory(out)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"config": asdict(study), "commits": []}

@@ -48,6 +48,7 @@ from collapse_bench.measure import (
 from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
+from rlvr_div.run_lock import clear_directory
 
 STATE = "benchmark.json"
 RESULT = "result.json"
@@ -95,8 +96,8 @@ def _rehearsal(out: Path, run: Run) -> Path:
 
 def check_state(out: Path, bench: Benchmark, fresh: bool) -> dict[str, Any]:
     """Start or resume: a directory holding another configuration is refused (one line) unless ``fresh``."""
-    if fresh and out.exists():
-        shutil.rmtree(out)
+    if fresh:
+        clear_directory(out)
     path = out / STATE
     commit = code_commit()
     if path.is_file():

@@ -106,6 +106,25 @@ def directory_lock(directory: str | os.PathLike, what: str, flag: str) -> Iterat
         lock.release()
 
 
+def clear_directory(directory: str | os.PathLike) -> None:
+    """Start ``directory`` over (``--fresh``): delete everything in it but the lock files a holder may keep inside
+    it (where its parent is not writable), so that starting over never deletes a held lock and lets a second writer
+    in."""
+    import shutil
+
+    out = Path(directory)
+    if not out.is_dir():
+        return
+    keep = {p.name for p in lock_paths(out, inside=True)}
+    for entry in out.iterdir():
+        if entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def _acquire(path: Path) -> Any:
     """Take the lock file ``path`` now or raise :class:`filelock.Timeout` (re-entrant in this process)."""
     from filelock import FileLock

@@ -143,3 +143,39 @@ def test_an_unwritable_parent_puts_the_lock_inside_and_a_file_parent_is_one_line
     with pytest.raises(ConfigError, match="cannot create the lock .* beside --output_dir"):
         with directory_lock(tmp_path / "a_file" / "run", "training run", "--output_dir"):
             pass
+
+
+def test_starting_over_keeps_a_lock_held_inside_the_directory(tmp_path, monkeypatch):
+    """--fresh of the benchmark and the β study clears the directory but not the lock a holder keeps inside it (a
+    parent that is not writable): deleting it would let a second writer in beside the first."""
+    import rlvr_div.run_lock as run_lock
+    from collapse_bench.beta_spec import load_study
+    from collapse_bench.beta_study import run_study
+
+    out = tmp_path / "mounted"
+    (out / "runs" / "old").mkdir(parents=True)
+    (out / "study.json").write_text("{}")
+    real = run_lock._acquire
+
+    def read_only_parent(path: Path):
+        if path.parent != out:
+            raise PermissionError(errno.EROFS, "Read-only file system")
+        return real(path)
+
+    monkeypatch.setattr(run_lock, "_acquire", read_only_parent)
+    with directory_lock(out, "beta study", "--out") as path:
+        run_lock.clear_directory(out)
+        assert sorted(p.name for p in out.iterdir()) == [".rlvr-div.lock", ".rlvr-div.pid.lock"]
+        assert holder(out)["what"] == "beta study" and path.is_file()
+        study = load_study(ROOT / "bench" / "beta_v2_anneal.yaml")
+
+        class Stop(Exception):
+            pass
+
+        def stop(*args):
+            raise Stop
+
+        monkeypatch.setattr("collapse_bench.beta_study.measure_base", stop)
+        with pytest.raises(Stop):  # run_study's --fresh start, stopped before it measures the base
+            run_study(study, out, fresh=True, progress=False)
+        assert {".rlvr-div.lock", ".rlvr-div.pid.lock"} <= {p.name for p in out.iterdir()}
