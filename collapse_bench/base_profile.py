@@ -79,7 +79,7 @@ def model_path(model: str, gguf_file: str | None = None) -> str:
     from rlvr_div.models import checkpoint_path, resolve_model
 
     if model.startswith("package:"):
-        from rlvr_div.gguf_checkpoint import package_dir
+        from rlvr_div.gguf_packages import package_dir
 
         model = str(package_dir(model.removeprefix("package:")))
     return checkpoint_path(model, gguf_file) if gguf_file else resolve_model(model)

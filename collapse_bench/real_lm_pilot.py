@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_div.gguf_checkpoint import package_dir
+from rlvr_div.gguf_packages import package_dir
 
 RECIPE = "bench/real_lm_grpo.yaml"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

