@@ -12,7 +12,9 @@ vocabulary makes float32 logits at every position of a batch the largest tensor 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -186,6 +188,11 @@ def _head_log_softmax(
     return _gathered_log_softmax(finish(head(hidden)), targets, temperature, own=True)
 
 
+_UNSPLIT: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Models whose logits :func:`_head_split` could not reproduce from their head: later calls skip the probe forward
+(and its warning) and go straight to the full logits."""
+
+
 def _head_split(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int] | None:
@@ -195,7 +202,7 @@ def _head_split(
     or whose logits at the probe position no known finish reproduces, is also None after a warning."""
     get = getattr(model, "get_output_embeddings", None)
     head = get() if callable(get) else None
-    if not isinstance(head, torch.nn.Module):
+    if not isinstance(head, torch.nn.Module) or model in _UNSPLIT:
         return None
     seen: list[torch.Tensor] = []
 
@@ -218,9 +225,11 @@ def _head_split(
     if finish is None:
         _log.warning(
             "%s: its logits are not its output embeddings' output plus a known finish; log-probs are computed from "
-            "its full logits (rows x width x vocabulary), after a second forward",
+            "its full logits (rows x width x vocabulary), from now on without the probe forward",
             type(model).__name__,
         )
+        with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced is probed every time
+            _UNSPLIT.add(model)
         return None
     return head, finish, hidden, expected.size(-1)
 

@@ -194,3 +194,18 @@ def test_chunk_size_must_be_positive(tiny):
     model, batch, _ = tiny
     with pytest.raises(ValueError, match="chunk_size"):
         completion_logprobs(model, *batch, chunk_size=0)
+
+
+def test_an_unknown_head_is_probed_once_per_model(tiny, caplog):
+    """After a model's head could not be split off, later calls run one forward (no probe forward) and do not warn
+    again."""
+    model, batch, _ = tiny
+    wrapped = _Doubled(model)
+    calls = []
+    wrapped.register_forward_hook(lambda *a: calls.append(1))
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="rlvr_div.logprobs"):
+        first = completion_logprobs(wrapped, *batch, chunk_size=2)
+        assert len(calls) == 2 and caplog.text.count("known finish") == 1  # the probe, then the full logits
+        second = completion_logprobs(wrapped, *batch, chunk_size=2)
+    assert len(calls) == 3 and caplog.text.count("known finish") == 1
+    assert torch.equal(first, second)
