@@ -19,11 +19,19 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import (
+    AT_LEAST_ONE,
+    HALF_OPEN_UNIT,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    UNIT,
+    Range,
+)
 
 HUB_TIMEOUT_S = 10.0
 
@@ -31,43 +39,9 @@ HUB_TIMEOUT_S = 10.0
 # --------------------------------------------------------------------------------------------- value ranges
 
 
-@dataclass(frozen=True)
-class Range:
-    """An interval of allowed values; ``low_open``/``high_open`` exclude the end point."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    def __contains__(self, x: float) -> bool:
-        if not math.isfinite(x):
-            return False
-        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
-            return False
-        return not (self.high is not None and (x >= self.high if self.high_open else x > self.high))
-
-    def __str__(self) -> str:
-        if self.high is None:
-            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
-        if self.low is None:
-            return f"{'<' if self.high_open else '<='} {_num(self.high)}"
-        return f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}{')' if self.high_open else ']'}"
-
-
-def _num(x: float | None) -> str:
-    return str(int(x)) if x is not None and float(x).is_integer() else str(x)
-
-
-POSITIVE = Range(0, low_open=True)
-NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1)
-PROBABILITY = Range(0, 1, low_open=True)  # (0, 1]: top_p and friends
-UNIT = Range(0, 1)  # [0, 1]
-HALF_OPEN_UNIT = Range(0, 1, high_open=True)  # [0, 1)
-OPEN_UNIT = Range(0, 1, low_open=True, high_open=True)  # (0, 1)
-
-# The settings users touch, by key (a key the trainer's config does not have is skipped; None means "unset").
+# The settings users touch that belong to TRL, transformers, the task or LoRA, by key (a key the trainer's config does
+# not have is skipped; None means "unset"). A plug-in declares its own keys' ranges (``GRPOPlugin.ranges``), enforced
+# by :meth:`rlvr_div.trainers.plugin.GRPOPlugin.check_declared`.
 # max_steps is special: -1 is TRL's "train num_train_epochs epochs" (see check_ranges).
 RANGES: dict[str, Range] = {
     # optimisation
@@ -107,23 +81,6 @@ RANGES: dict[str, Range] = {
     "epsilon": POSITIVE,
     "epsilon_high": POSITIVE,
     "top_entropy_quantile": UNIT,
-    # divergences, DPH-RL, the validity-target controller, reward shaping
-    "dph_alpha": OPEN_UNIT,
-    "js_scale": POSITIVE,
-    "rehearsal_coef": NON_NEGATIVE,
-    "rehearsal_k": AT_LEAST_ONE,
-    "rehearsal_top_p": PROBABILITY,
-    "rehearsal_sampling_batch_size": AT_LEAST_ONE,
-    "rehearsal_batch_size": AT_LEAST_ONE,
-    "target_validity": OPEN_UNIT,
-    "validity_horizon": POSITIVE,
-    "controller_gain": PROBABILITY,
-    "controller_prop_gain": NON_NEGATIVE,
-    "controller_beta_min": POSITIVE,
-    "controller_beta_max": POSITIVE,
-    "controller_approach_steps": NON_NEGATIVE,
-    "unlikeliness_lambda": UNIT,
-    "pkpo_k": AT_LEAST_ONE,
     # LoRA
     "lora_r": AT_LEAST_ONE,
     "lora_alpha": POSITIVE,
@@ -155,9 +112,6 @@ def check_ranges(*configs: Any) -> None:
         if steps is not None and steps != -1 and steps < 1:
             raise ConfigError(f"max_steps={steps} is out of range: give a number of steps >= 1, or -1 to train "
                               f"num_train_epochs epochs")  # fmt: skip
-        low, high = getattr(config, "controller_beta_min", None), getattr(config, "controller_beta_max", None)
-        if low is not None and high is not None and not low < high:
-            raise ConfigError(f"controller_beta_min={low} must be below controller_beta_max={high}")
 
 
 def check_vllm(training: Any) -> None:
@@ -314,7 +268,8 @@ def is_finite(value: Any) -> bool:
 
 
 def not_finite(key: str, value: Any) -> str:
-    """The complaint about a number key set to infinity or NaN (its range, when it has one)."""
+    """The complaint about a number key set to infinity or NaN (its range, when it has one; a plug-in's own keys are
+    checked against their declared ranges while the config is built, before this runs)."""
     if key in RANGES:
         return f"{key}={value} is out of range: it must be {RANGES[key]} (a finite number)"
     return f"{key} must be a finite number, got {value}"

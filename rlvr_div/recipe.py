@@ -381,7 +381,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div.tasks import check_task
     from rlvr_div.tiny_base import tiny_spec
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
-    from rlvr_div.trainers.reward_shaping import check_shaping_rewards
+    from rlvr_div.trainers.plugin import check_task_of_active
 
     preflight.check_ranges(script, training, model)
     preflight.check_loss_type(training)
@@ -402,13 +402,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
-    check_shaping_rewards(getattr(training, "reward_shaping", "none"), rewards)
-    if getattr(training, "reward_shaping", "none") == "mara" and spec.one_answer and rewards == [spec.reward]:
-        raise ConfigError(
-            f"reward_shaping 'mara' is inert on task {script.task!r}: every prompt has one valid answer, so the valid "
-            "samples of a group are one completion and MARA re-anchors nothing (the run would be reverse KL at the "
-            "same β); use divergence: reverse_kl without reward_shaping"
-        )
+    check_task_of_active(training, script.task, spec, rewards)  # the plug-ins' checks against task and rewards
     check_entropy_bonus(training, script.trainer)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)

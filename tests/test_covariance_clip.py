@@ -159,7 +159,7 @@ def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_pat
     [
         ("clip_cov", ["--covariance_penalty", "nope"], "unknown covariance_penalty 'nope'"),
         ("clip_cov", ["--clip_cov_ratio", "0.0002"], "selects ⌊0.0002·N⌋ = 0 tokens"),
-        ("clip_cov", ["--clip_cov_ratio", "0"], "clip_cov_ratio must be in (0, 1]"),
+        ("clip_cov", ["--clip_cov_ratio", "0"], "clip_cov_ratio must be a finite number in (0, 1], got 0.0"),
         ("clip_cov", ["--clip_cov_lb", "6"], "need finite clip_cov_lb <= clip_cov_ub"),
         ("clip_cov", ["--kl_cov_coef", "1.0"], "kl_cov_coef=1.0 does not act with covariance_penalty: clip_cov"),
         ("kl_cov", ["--num_iterations", "1"], "which is 0 with zero gradient on fresh samples"),

@@ -87,7 +87,7 @@ def test_group_diversity():
     "extra, message",
     [
         (["--divergence", "nope"], "unknown divergence 'nope'"),
-        (["--divergence_coef", "-1"], "divergence_coef must be >= 0"),
+        (["--divergence_coef", "-1"], "divergence_coef must be a finite number >= 0, got -1.0"),
         (["--divergence", "alpha", "--dph_alpha", "1.5"], "dph_alpha"),
         (["--divergence_gradient", "zz"], "divergence_gradient"),
         (["--beta", "0.1"], "beta=0.1 and divergence_coef=0.04 disagree"),

@@ -367,7 +367,7 @@ def test_sharded_runs_and_vllm_correction_are_refused(tmp_path, monkeypatch):
         (["--flowrl_beta", "0"], "flowrl_beta must be a finite number > 0, got 0"),
         (["--flowrl_beta", "inf"], ("flowrl_beta", "finite number > 0", "inf")),
         (["--flowrl_logz_layers", "0"], "flowrl_logz_layers must be an integer >= 1, got 0"),
-        (["--flowrl_logz_dropout", "1"], "flowrl_logz_dropout must be a number in [0, 1), got 1"),
+        (["--flowrl_logz_dropout", "1"], "flowrl_logz_dropout must be a finite number in [0, 1), got 1"),
         (["--flowrl", "false", "--flowrl_beta", "5"], ("flowrl_beta=5", "acts only with flowrl: true")),
         (["--epsilon", "1"], "need 0 <= epsilon < 1 and epsilon_high >= 0"),
         (["--entropy_coef", "0.01"], "its entropy bonus and top_entropy_quantile would not act"),

@@ -231,7 +231,7 @@ def test_top_k_larger_than_the_vocabulary_fails_in_one_line(tmp_path, tiny_path)
     [
         (["--simko_top_k", "0"], "simko_top_k must be an integer >= 1, got 0"),
         (["--simko_alpha", "1.5"], "simko_alpha must be a finite number in [0, 1], got 1.5"),
-        (["--simko_tau", "1"], "simko_tau must be a finite number in [0, 1) (at 1 no token is above the quantile)"),
+        (["--simko_tau", "1"], "simko_tau must be a finite number in [0, 1), got 1"),
         (["--simko_lambda", "0.9"], "simko_lambda must be a finite number >= 1, got 0.9"),
         (["--simko_alpha", "0", "--simko_lambda", "1"], "SimKO would be plain GRPO"),
         (["--simko", "false", "--simko_alpha", "0.5"], "simko_alpha=0.5 acts only with simko: true"),

@@ -48,7 +48,10 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.ya
         (["--gradient_accumulation_steps", "0"], "gradient_accumulation_steps=0 is out of range"),
         (["--weight_decay", "-0.1"], "weight_decay=-0.1 is out of range: it must be >= 0"),
         (["--use_peft", "true", "--lora_dropout", "1"], "lora_dropout=1.0 is out of range: it must be in [0, 1)"),
-        (["--trainer", "divergence", "--rehearsal_coef", "-1"], "rehearsal_coef=-1.0 is out of range"),
+        (
+            ["--trainer", "divergence", "--rehearsal_coef", "-1"],
+            "rehearsal_coef must be a finite number >= 0, got -1.0",
+        ),
         # a path on a task that reads no data; the hub offline
         (
             ["--data_path", "x.jsonl"],

@@ -118,8 +118,8 @@ def test_trainer_redistributes_the_correct_samples_advantages(tmp_path, tiny_pat
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--ucpo_tau", "0"], "ucpo_tau must be a finite number in (0, 1] (0 is plain GRPO), got 0"),
-        (["--ucpo_tau", "1.5"], "ucpo_tau must be a finite number in (0, 1] (0 is plain GRPO), got 1.5"),
+        (["--ucpo_tau", "0"], "ucpo_tau must be a finite number in (0, 1], got 0"),
+        (["--ucpo_tau", "1.5"], "ucpo_tau must be a finite number in (0, 1], got 1.5"),
         (["--reward_shaping", "none", "--ucpo_tau", "0.5"], "ucpo_tau=0.5 acts only with reward_shaping: ucpo"),
     ],
 )

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, global_masked_mean
 from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
@@ -197,7 +198,8 @@ _KL_KEYS = ("kl_cov_ratio", "kl_cov_coef")
 
 
 def check_covariance_penalty(args: Any) -> None:
-    """One-line ConfigError for a bad Clip-Cov / KL-Cov setting (or one that could never select a token or act)."""
+    """One-line ConfigError for a bad Clip-Cov / KL-Cov setting (or one that could never select a token or act);
+    the ranges of the ratios and of ``kl_cov_coef`` are declared in :class:`CovariancePlugin`."""
     name = args.covariance_penalty
     if name not in COVARIANCE_PENALTIES:
         raise ConfigError(f"unknown covariance_penalty {name!r}; known: {', '.join(COVARIANCE_PENALTIES)}")
@@ -209,8 +211,6 @@ def check_covariance_penalty(args: Any) -> None:
         return
     ratio_key = "clip_cov_ratio" if name == "clip_cov" else "kl_cov_ratio"
     ratio = getattr(args, ratio_key)
-    if not (math.isfinite(ratio) and 0 < ratio <= 1):
-        raise ConfigError(f"{ratio_key} must be in (0, 1], got {ratio}")
     tokens = getattr(args, "per_device_train_batch_size", 0) * (getattr(args, "max_completion_length", 0) or 0)
     if tokens and ratio * tokens < 1:
         raise ConfigError(
@@ -223,8 +223,6 @@ def check_covariance_penalty(args: Any) -> None:
         if not (math.isfinite(lb) and math.isfinite(ub) and lb <= ub):
             raise ConfigError(f"need finite clip_cov_lb <= clip_cov_ub, got {lb} and {ub}")
         return
-    if not (math.isfinite(args.kl_cov_coef) and args.kl_cov_coef > 0):
-        raise ConfigError(f"kl_cov_coef must be a finite number > 0, got {args.kl_cov_coef}")
     reused = getattr(args, "num_iterations", 1) > 1 or (
         (getattr(args, "steps_per_generation", None) or 1) > getattr(args, "gradient_accumulation_steps", 1)
     )
@@ -240,6 +238,7 @@ class CovariancePlugin(GRPOPlugin):
 
     name = "covariance_penalty"
     Args = CovariancePenaltyArgs
+    ranges = {"clip_cov_ratio": PROBABILITY, "kl_cov_ratio": PROBABILITY, "kl_cov_coef": POSITIVE}
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)

@@ -29,16 +29,16 @@ An unscored completion (NaN validity) keeps TRL's advantage (0).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
-from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
 def differential_smoothing_advantages(
@@ -79,17 +79,11 @@ class DifferentialSmoothingArgs:
     )
 
 
-_KEYS = ("ds_gamma_p", "ds_gamma_n")
-
-
 def check_differential_smoothing(args: Any) -> None:
-    """One-line ConfigError for a bad ``ds_gamma_*``, both 0, or either set without ``differential_smoothing``."""
-    if shaping_inactive(args, "differential_smoothing", DifferentialSmoothingArgs):
+    """One-line ConfigError for ``ds_gamma_p`` and ``ds_gamma_n`` both 0 (their ranges, and "acts only with
+    reward_shaping: differential_smoothing", are declared in :class:`DifferentialSmoothing`)."""
+    if args.reward_shaping != "differential_smoothing":
         return
-    for key in _KEYS:
-        value = getattr(args, key)
-        if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
     if args.ds_gamma_p == 0 and args.ds_gamma_n == 0:
         raise ConfigError("ds_gamma_p and ds_gamma_n are both 0: differential smoothing would be plain GRPO")
 
@@ -99,6 +93,8 @@ class DifferentialSmoothing(RewardShaping):
 
     name = "differential_smoothing"
     Args = DifferentialSmoothingArgs
+    selected_by = "reward_shaping: differential_smoothing"
+    ranges = {"ds_gamma_p": NON_NEGATIVE, "ds_gamma_n": NON_NEGATIVE}
 
     @classmethod
     def prepare(cls, args: Any) -> None:

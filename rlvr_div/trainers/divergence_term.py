@@ -30,6 +30,7 @@ import torch
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, completion_mask, global_masked_mean
 from rlvr_div.trainers.plugin import GRPOPlugin
@@ -114,6 +115,8 @@ class DivergenceTerm(GRPOPlugin):
 
     name = "divergence"
     Args = DivergenceArgs
+    # beta too: it resolves into divergence_coef (checked before it does)
+    ranges = {"beta": NON_NEGATIVE, "divergence_coef": NON_NEGATIVE, "dph_alpha": OPEN_UNIT, "js_scale": POSITIVE}
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)
@@ -127,8 +130,6 @@ class DivergenceTerm(GRPOPlugin):
         if args.divergence != "none":
             DIVERGENCES.get(args.divergence)
             check_divergence_params(args.divergence, **args.divergence_params())
-        if args.divergence_coef < 0:
-            raise ConfigError(f"divergence_coef must be >= 0, got {args.divergence_coef}")
         if args.divergence_gradient not in GRADIENT_FORMS:
             raise ConfigError(f"divergence_gradient must be one of {GRADIENT_FORMS}, got {args.divergence_gradient!r}")
 

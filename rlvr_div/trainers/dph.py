@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
 
@@ -70,6 +71,14 @@ class Rehearsal(GRPOPlugin):
 
     name = "dph_rehearsal"
     Args = RehearsalArgs
+    ranges = {
+        "rehearsal_coef": NON_NEGATIVE,
+        "rehearsal_k": AT_LEAST_ONE,
+        "rehearsal_threshold": AT_LEAST_ONE,
+        "rehearsal_top_p": PROBABILITY,
+        "rehearsal_sampling_batch_size": AT_LEAST_ONE,
+        "rehearsal_batch_size": AT_LEAST_ONE,
+    }
 
     def __init__(self, trainer: Any, samples: Any = None) -> None:
         """``samples``: the stored rehearsal samples (default: loaded from ``rehearsal_path``)."""
@@ -88,15 +97,12 @@ class Rehearsal(GRPOPlugin):
             return
         DIVERGENCES.get(args.rehearsal_divergence)
         check_divergence_params(args.rehearsal_divergence, **args.divergence_params(args.rehearsal_divergence))
-        if args.rehearsal_coef < 0:
-            raise ConfigError(f"rehearsal_coef must be >= 0, got {args.rehearsal_coef}")
-        if args.rehearsal_k < 1 or not 1 <= (args.rehearsal_threshold or args.rehearsal_k) <= args.rehearsal_k:
+        threshold = args.rehearsal_threshold
+        if threshold is not None and threshold > args.rehearsal_k:
             raise ConfigError(
-                f"need rehearsal_k >= 1 and 1 <= rehearsal_threshold <= rehearsal_k, got {args.rehearsal_k} "
-                f"and {args.rehearsal_threshold}"
+                f"rehearsal_threshold={threshold} exceeds rehearsal_k={args.rehearsal_k}; need rehearsal_threshold <= "
+                "rehearsal_k (the correct samples, of rehearsal_k, that put a prompt in D_pef)"
             )
-        if args.rehearsal_batch_size < 1:
-            raise ConfigError(f"rehearsal_batch_size must be >= 1, got {args.rehearsal_batch_size}")
 
     @classmethod
     def active(cls, args: Any) -> bool:

@@ -39,7 +39,6 @@ only). docs/methods.md lists what differs from the paper.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, distributed_backend
 from rlvr_div.trainers.plugin import GRPOPlugin, plugin_classes
@@ -92,26 +92,16 @@ class FlowRLArgs:
 
 
 def check_flowrl(args: Any) -> None:
-    """One-line ConfigErrors: a FlowRL key set without ``flowrl: true``, a bad value, a setting FlowRL's loss would
-    silently drop (another plug-in's loss term, advantages or loss wrapper; TRL's entropy bonus, ``delta``,
-    sequence-level importance sampling, off-policy mask and vLLM importance-sampling correction), or a DeepSpeed or
-    FSDP run (whose optimizer would not train the log Z head)."""
+    """One-line ConfigErrors (its keys' ranges and "acts only with flowrl: true" are declared in :class:`FlowRL`): a
+    ``flowrl`` that is not a boolean, a setting FlowRL's loss would silently drop (another plug-in's loss term,
+    advantages or loss wrapper; TRL's entropy bonus, ``delta``, sequence-level importance sampling, off-policy mask
+    and vLLM importance-sampling correction), or a DeepSpeed or FSDP run (whose optimizer would not train the log Z
+    head)."""
     flowrl = args.flowrl
     if not isinstance(flowrl, bool):
         raise ConfigError(f"flowrl must be true or false, got {flowrl!r}")
-    keys = ("flowrl_beta", "flowrl_logz_layers", "flowrl_logz_dropout")
     if not flowrl:
-        for key in keys:
-            if getattr(args, key) != getattr(FlowRLArgs, key):
-                raise ConfigError(f"{key}={getattr(args, key)} acts only with flowrl: true")
         return
-    beta, layers, dropout = args.flowrl_beta, args.flowrl_logz_layers, args.flowrl_logz_dropout
-    if isinstance(beta, bool) or not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
-        raise ConfigError(f"flowrl_beta must be a finite number > 0, got {beta!r}")
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise ConfigError(f"flowrl_logz_layers must be an integer >= 1, got {layers!r}")
-    if isinstance(dropout, bool) or not (isinstance(dropout, int | float) and 0 <= dropout < 1):
-        raise ConfigError(f"flowrl_logz_dropout must be a number in [0, 1), got {dropout!r}")
     high = args.epsilon if args.epsilon_high is None else args.epsilon_high
     if not (0 <= args.epsilon < 1 and high >= 0):
         raise ConfigError(
@@ -253,6 +243,9 @@ class FlowRL(GRPOPlugin):
 
     name = "flowrl"
     Args = FlowRLArgs
+    selected_by = "flowrl: true"
+    switches = ("flowrl",)
+    ranges = {"flowrl_beta": POSITIVE, "flowrl_logz_layers": AT_LEAST_ONE, "flowrl_logz_dropout": HALF_OPEN_UNIT}
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)

@@ -51,7 +51,8 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for plugin in PLUGIN_CLASSES:  # one-line checks, in registration order
+        for plugin in PLUGIN_CLASSES:  # one-line checks, in registration order: the declared ones, then its own
+            plugin.check_declared(self)
             plugin.prepare(self)
         active = [p for p in PLUGIN_CLASSES if p.active(self)]
         shapers = [p.name for p in active if p.advantages is not GRPOPlugin.advantages]

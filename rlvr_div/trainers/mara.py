@@ -14,13 +14,21 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import PROBABILITY
 from rlvr_div.trainers.common import sequence_logps
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
 @dataclass
 class MaraArgs:
-    mara_tau: float = field(default=1.0, metadata={"help": "MARA: rewards >= tau are re-anchored."})
+    mara_tau: float = field(
+        default=1.0,
+        metadata={
+            "help": "MARA: rewards >= tau are re-anchored, 0 < tau <= 1 (rewards lie in [0, 1]: above 1 re-anchors "
+            "no completion, at 0 every one, and MARA is inert); with a binary reward every such value selects the "
+            "valid completions: tune MARA's β, divergence_coef, instead."
+        },
+    )
 
 
 def mara_rewards(
@@ -54,6 +62,7 @@ def mara_rewards(
 class Mara(RewardShaping):
     name = "mara"
     Args = MaraArgs
+    ranges = {"mara_tau": PROBABILITY}  # rewards lie in [0, 1] (rlvr_div.rewards.base); outside, MARA is inert
 
     @classmethod
     def prepare(cls, args: Any) -> None:
@@ -70,14 +79,17 @@ class Mara(RewardShaping):
                 f"reward_shaping 'mara' needs a KL term with β > 0 (it is inert at β = 0), got β={beta}; "
                 "set divergence: reverse_kl and divergence_coef > 0"
             )
-        tau = args.mara_tau
-        if tau is None or not math.isfinite(float(tau)):
-            raise ConfigError(f"mara_tau must be a finite number, got {tau!r}")
-        if not 0.0 < float(tau) <= 1.0:  # rewards lie in [0, 1] (rlvr_div.rewards.base)
+
+    @classmethod
+    def check_task(cls, args: Any, task: str, spec: Any, rewards: list[str]) -> None:
+        """On a task with one valid answer per prompt, scored by its own verifier alone, MARA is refused: the valid
+        samples of a group are one completion and it re-anchors nothing."""
+        super().check_task(args, task, spec, rewards)
+        if spec.one_answer and rewards == [spec.reward]:
             raise ConfigError(
-                f"mara_tau={tau} re-anchors {'no' if float(tau) > 1 else 'every'} completion (rewards lie in [0, 1]), "
-                "which makes MARA inert; use 0 < mara_tau <= 1 (with a binary reward every such value selects the "
-                "valid completions: tune MARA's β, divergence_coef, instead)"
+                f"reward_shaping 'mara' is inert on task {task!r}: every prompt has one valid answer, so the valid "
+                "samples of a group are one completion and MARA re-anchors nothing (the run would be reverse KL at "
+                "the same β); use divergence: reverse_kl without reward_shaping"
             )
 
     def shape(self, rewards: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:

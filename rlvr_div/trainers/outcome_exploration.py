@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,10 @@ import torch
 from accelerate.utils import gather_object
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.rewards.base import completion_text
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 STATE_FILE = "outcome_counts.json"
 
@@ -171,13 +171,10 @@ class OutcomeExplorationArgs:
 
 
 def check_outcome_exploration(args: Any) -> None:
-    """One-line ConfigError for bad ``outcome_*`` coefficients, or ones set without ``outcome_exploration``."""
-    coefs = {"outcome_bonus_coef": args.outcome_bonus_coef, "outcome_penalty_coef": args.outcome_penalty_coef}
-    if shaping_inactive(args, "outcome_exploration", OutcomeExplorationArgs):
+    """One-line ConfigError for both ``outcome_*`` coefficients 0 (their ranges, and "acts only with reward_shaping:
+    outcome_exploration", are declared in :class:`OutcomeExploration`)."""
+    if args.reward_shaping != "outcome_exploration":
         return
-    for key, value in coefs.items():
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
     if args.outcome_bonus_coef == 0 and args.outcome_penalty_coef == 0:
         raise ConfigError("outcome_bonus_coef and outcome_penalty_coef are both 0: outcome exploration would be inert")
 
@@ -187,6 +184,8 @@ class OutcomeExploration(RewardShaping):
 
     name = "outcome_exploration"
     Args = OutcomeExplorationArgs
+    selected_by = "reward_shaping: outcome_exploration"
+    ranges = {"outcome_bonus_coef": NON_NEGATIVE, "outcome_penalty_coef": NON_NEGATIVE}
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)

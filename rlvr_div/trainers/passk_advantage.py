@@ -31,7 +31,8 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
-from rlvr_div.trainers.reward_shaping import RewardShaping, shaping_inactive
+from rlvr_div.ranges import AT_LEAST_ONE
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
 def passk_group_advantages(n: int, c: int, k: int) -> tuple[float, float]:
@@ -86,12 +87,11 @@ class PassKTrainingArgs:
 
 
 def check_passk_training(args: object) -> None:
-    """One-line ConfigError for a bad ``passk_k``, or one set while ``reward_shaping`` is not ``passk_training``."""
-    k = args.passk_k
-    if shaping_inactive(args, "passk_training", PassKTrainingArgs):
+    """One-line ConfigError for a ``passk_k`` the group cannot hold, or a scaling that would not act (the range of
+    ``passk_k``, and "acts only with reward_shaping: passk_training", are declared in :class:`PassKTraining`)."""
+    if args.reward_shaping != "passk_training":
         return
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"passk_k must be an integer >= 1, got {k!r}")
+    k = args.passk_k
     n = getattr(args, "num_generations", None)
     if n is not None and k > n:
         raise ConfigError(f"passk_k={k} exceeds num_generations={n}; pass@k needs k <= the group size")
@@ -111,6 +111,8 @@ def check_passk_training(args: object) -> None:
 class PassKTraining(RewardShaping):
     name = "passk_training"
     Args = PassKTrainingArgs
+    selected_by = "reward_shaping: passk_training"
+    ranges = {"passk_k": AT_LEAST_ONE}
     direct = True
 
     @classmethod

@@ -10,6 +10,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
+from rlvr_div.ranges import AT_LEAST_ONE
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
@@ -72,16 +73,14 @@ def pkpo_advantages(correct: torch.Tensor, group: int, k: int, dtype: torch.dtyp
 class PKPO(RewardShaping):
     name = "pkpo"
     Args = PKPOArgs
+    ranges = {"pkpo_k": AT_LEAST_ONE}
     direct = True
 
     @classmethod
     def prepare(cls, args: Any) -> None:
         if args.reward_shaping != "pkpo":
             return
-        k = args.pkpo_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"pkpo_k must be an integer >= 1, got {k!r}")
-        n = args.num_generations
+        k, n = args.pkpo_k, args.num_generations
         if n is not None and k > int(n):
             raise ConfigError(f"pkpo_k={k} exceeds num_generations={n}; pass@k needs k <= the group size")
 

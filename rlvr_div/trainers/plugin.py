@@ -2,8 +2,13 @@
 
 A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 - ``Args``: the dataclass of its recipe keys, a mixin of ``DivergenceGRPOConfig`` (its fields become recipe keys);
-- ``prepare(args)``: its one-line checks (a :class:`~rlvr_div.errors.ConfigError`), run while the config is built,
-  before any model loads, in registration order (it may resolve its own keys, e.g. a synonym);
+- ``ranges``: each number key of its Args with its allowed :class:`rlvr_div.ranges.Range`;
+- ``selected_by`` (and ``switches``): how a recipe selects it, e.g. ``"simko: true"``; its other keys then act only
+  when it is selected, and one set away from its default while it is not is refused. The contract its Args and these
+  declare is enforced by :meth:`GRPOPlugin.check_declared` before its ``prepare``;
+- ``prepare(args)``: its other one-line checks (between its keys, against other settings; a
+  :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in registration
+  order (it may resolve its own keys, e.g. a synonym);
 - ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
 - the hooks it needs, each a no-op by default (the trainer calls them in registration order):
   ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
@@ -19,12 +24,16 @@ its line here, its recipe, its docs row and its tests (docs/methods.md, "Adding 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+
+from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import Range, is_integer_field, out_of_range
 
 # the plug-in modules, in the order their checks, hooks and loss terms run
 PLUGIN_MODULES = (
@@ -58,9 +67,36 @@ class GRPOPlugin:
 
     name: ClassVar[str] = ""
     Args: ClassVar[type | None] = None
+    selected_by: ClassVar[str | None] = None  # how a recipe selects it; then its other keys act only when selected
+    switches: ClassVar[tuple[str, ...]] = ()  # the Args keys that select it (exempt from "acts only when selected")
+    ranges: ClassVar[dict[str, Range]] = {}  # its number keys' allowed values (an ``int`` field: integers)
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+
+    @classmethod
+    def check_declared(cls, args: Any) -> None:
+        """The contract of its declarations, as one-line ConfigErrors: with ``selected_by`` and the plug-in not
+        :meth:`active`, any Args key but the ``switches`` set away from its default is refused (a key that would not
+        act is not ignored); otherwise every key of ``ranges`` holds an integer (an ``int`` field) or a finite
+        number in its range (None: unset)."""
+        if cls.Args is None:
+            return
+        own = {f.name: f for f in dataclasses.fields(cls.Args)}
+        undeclared = sorted(set(cls.ranges) - set(own))
+        if undeclared:  # a programming error in the plug-in, not a user's
+            raise TypeError(f"plug-in {cls.name!r} declares a range for {undeclared[0]!r}, which is not in its Args")
+        if cls.selected_by is not None and not cls.active(args):
+            for f in own.values():
+                value = getattr(args, f.name)
+                if f.name not in cls.switches and value != f.default:
+                    raise ConfigError(f"{f.name}={value} acts only with {cls.selected_by}")
+            return
+        for key, allowed in cls.ranges.items():
+            value = getattr(args, key)
+            problem = None if value is None else out_of_range(key, value, allowed, is_integer_field(own[key]))
+            if problem:
+                raise ConfigError(problem)
 
     @classmethod
     def prepare(cls, args: Any) -> None:
@@ -74,6 +110,11 @@ class GRPOPlugin:
     def reference_coef(cls, args: Any) -> float:
         """TRL's ``beta`` while this plug-in is active: non-zero makes TRL load or derive the reference model."""
         return 0.0
+
+    @classmethod
+    def check_task(cls, args: Any, task: str, spec: Any, rewards: list[str]) -> None:
+        """Checks against the run's task (``spec``: its :class:`~rlvr_div.tasks.base.TaskSpec`) and reward names,
+        before any model loads; called only while the plug-in is active."""
 
     @classmethod
     def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
@@ -122,6 +163,17 @@ def plugin_classes() -> list[type[GRPOPlugin]]:
     for module in PLUGIN_MODULES:
         out += list(getattr(importlib.import_module(module), "PLUGINS", ()))
     return out
+
+
+def check_task_of_active(args: Any, task: str, spec: Any, rewards: list[str]) -> None:
+    """:meth:`GRPOPlugin.check_task` of every plug-in active in ``args`` (a config without the plug-ins' keys, another
+    trainer's, has none active)."""
+    classes = plugin_classes()
+    if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
+        return
+    for cls in classes:
+        if cls.active(args):
+            cls.check_task(args, task, spec, rewards)
 
 
 def plugin_args() -> tuple[type, ...]:

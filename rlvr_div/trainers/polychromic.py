@@ -57,8 +57,9 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import AT_LEAST_TWO
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups, shaping_inactive
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
 
 DIVERSITY_MODES = ("valid", "all")
 MAX_SETS = 200_000  # C(G, n) above this is refused: every set of a group is scored
@@ -157,12 +158,12 @@ class PolychromicArgs:
 
 
 def check_polychromic(args: Any) -> None:
-    """One-line ConfigError for a bad ``polychromic_*`` key, or one set without ``reward_shaping: polychromic``."""
-    n, mode = args.polychromic_set_size, args.polychromic_diversity
-    if shaping_inactive(args, "polychromic", PolychromicArgs):
+    """One-line ConfigError for a bad ``polychromic_diversity``, a set size the group cannot hold, or a scaling that
+    would not act (the range of ``polychromic_set_size``, and "acts only with reward_shaping: polychromic", are
+    declared in :class:`Polychromic`)."""
+    if args.reward_shaping != "polychromic":
         return
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ConfigError(f"polychromic_set_size must be an integer >= 2, got {n!r}")
+    n, mode = args.polychromic_set_size, args.polychromic_diversity
     if mode not in DIVERSITY_MODES:
         raise ConfigError(f"polychromic_diversity must be one of {', '.join(DIVERSITY_MODES)}, got {mode!r}")
     g = getattr(args, "num_generations", None)
@@ -185,6 +186,8 @@ class Polychromic(RewardShaping):
 
     name = "polychromic"
     Args = PolychromicArgs
+    selected_by = "reward_shaping: polychromic"
+    ranges = {"polychromic_set_size": AT_LEAST_TWO}
     direct = True
 
     @classmethod

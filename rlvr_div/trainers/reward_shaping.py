@@ -12,7 +12,6 @@ advantage itself and is used as it is: centring or scaling would bias it.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -53,6 +52,16 @@ class RewardShaping(GRPOPlugin):
     @classmethod
     def active(cls, args: Any) -> bool:
         return args.reward_shaping == cls.name
+
+    @classmethod
+    def check_task(cls, args: Any, task: str, spec: Any, rewards: list[str]) -> None:
+        """A direct shaping (which reads only the validity reward) given several reward functions is refused: the
+        others would be computed, logged and silently left out of the advantages."""
+        if cls.direct and len(rewards) > 1:
+            raise ConfigError(
+                f"reward_shaping {cls.name!r} builds its advantages from validity alone, so the other rewards of "
+                f"{rewards} would not act; keep one reward (the verifier)"
+            )
 
     def shape(self, rewards: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
         """The shaped validity rewards (N,) of a gathered batch (NaN = unscored)."""
@@ -98,19 +107,6 @@ class ShapingChoice(GRPOPlugin):
             raise ConfigError(f"unknown reward_shaping {args.reward_shaping!r}; known: {', '.join(known)}")
 
 
-def shaping_inactive(args: Any, name: str, own: type) -> bool:
-    """Whether shaping ``name`` is off (``reward_shaping`` is something else); then a one-line ConfigError for any of
-    its own keys (the fields of its Args dataclass ``own``) set away from its default: a key that would not act is
-    refused, not ignored."""
-    if getattr(args, "reward_shaping", "none") == name:
-        return False
-    for f in dataclasses.fields(own):
-        value = getattr(args, f.name)
-        if value != f.default:
-            raise ConfigError(f"{f.name}={value} acts only with reward_shaping: {name} (got {args.reward_shaping!r})")
-    return True
-
-
 def check_unscaled(args: Any) -> None:
     """A shaping whose advantages are used as they are leaves TRL's ``scale_rewards`` without effect: refuse any
     value but ``none`` rather than ignore it."""
@@ -119,17 +115,6 @@ def check_unscaled(args: Any) -> None:
         raise ConfigError(
             f"scale_rewards={scale!r} does not act with reward_shaping {args.reward_shaping!r}, whose advantages are "
             "used as they are; set scale_rewards: none"
-        )
-
-
-def check_shaping_rewards(name: str, rewards: list[str]) -> None:
-    """One-line ConfigError when a direct shaping (which reads only the validity reward) is given several reward
-    functions: the others would be computed, logged and silently left out of the advantages."""
-    cls = shaping(name) if name in shaping_names() else None
-    if cls is not None and cls.direct and len(rewards) > 1:
-        raise ConfigError(
-            f"reward_shaping {name!r} builds its advantages from validity alone, so the other rewards of {rewards} "
-            "would not act; keep one reward (the verifier)"
         )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import group_advantages, sampling_logps, sequence_logps
 from rlvr_div.trainers.plugin import GRPOPlugin
@@ -41,9 +42,8 @@ class SequenceKLArgs:
 
 
 def check_sequence_kl(coef: float, divergence_active: bool, reward_shaping: str, aggregation: str) -> None:
-    """One-line errors: a negative coefficient, or a combination whose meaning would be ambiguous."""
-    if coef < 0:
-        raise ConfigError(f"sequence_kl_coef must be >= 0, got {coef}")
+    """One-line errors: a combination whose meaning would be ambiguous (the coefficient's range, >= 0, is declared
+    in :class:`SequenceKL`)."""
     if coef == 0:
         return
     if divergence_active:
@@ -74,6 +74,7 @@ class SequenceKL(GRPOPlugin):
 
     name = "sequence_kl"
     Args = SequenceKLArgs
+    ranges = {"sequence_kl_coef": NON_NEGATIVE}
 
     @classmethod
     def prepare(cls, args: Any) -> None:

@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, UNIT, Range
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, global_masked_mean
 from rlvr_div.trainers.plugin import GRPOPlugin
@@ -117,58 +118,40 @@ class SimKOArgs:
     simko_top_k: int = field(
         default=3,
         metadata={
-            "help": "SimKO: K, the top-K tokens a positive sample's update is spread over; 3 in the authors' runs."
+            "help": "SimKO: K, the top-K tokens a positive sample's update is spread over; 3 in the authors' runs.",
         },
     )
     simko_alpha: float = field(
         default=0.01,
         metadata={
             "help": "SimKO: α in [0, 1], the share of a positive sample's update at a high-entropy token moved to the "
-            "mean of the top-K log-probs (mix_topk_coef); 0.01 in the authors' runs."
+            "mean of the top-K log-probs (mix_topk_coef); 0.01 in the authors' runs.",
         },
     )
     simko_tau: float = field(
         default=0.8,
         metadata={
             "help": "SimKO: τ in [0, 1), a token is high-entropy when its entropy is above its completion's "
-            "τ-quantile; 0.8 in the authors' runs (about the top 20% of each completion's tokens)."
+            "τ-quantile; 0.8 in the authors' runs (about the top 20% of each completion's tokens); at 1 no token "
+            "is above the quantile.",
         },
     )
     simko_lambda: float = field(
         default=1.1,
         metadata={
             "help": "SimKO: λ >= 1, the factor on a negative sample's advantage at a high-entropy token whose sampled "
-            "token is the top-1; 1.1 in the authors' code."
+            "token is the top-1; 1.1 in the authors' code.",
         },
     )
 
 
-_KEYS = ("simko_top_k", "simko_alpha", "simko_tau", "simko_lambda")
-
-
-def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-
-
 def check_simko(args: Any) -> None:
-    """One-line ConfigError for a bad ``simko_*`` key, a key set without ``simko: true``, a setting that is plain
-    GRPO, or a combination whose per-token log-prob gradient SimKO would also redistribute."""
+    """One-line ConfigError for a setting that is plain GRPO, or a combination whose per-token log-prob gradient
+    SimKO would also redistribute (the ranges of its keys, and "acts only with simko: true", are declared in
+    :class:`SimKOArgs` and :class:`SimKO`)."""
     if not args.simko:
-        for key in _KEYS:
-            if getattr(args, key) != getattr(SimKOArgs, key):
-                raise ConfigError(f"{key}={getattr(args, key)} acts only with simko: true")
         return
-    k, alpha, tau, lam = args.simko_top_k, args.simko_alpha, args.simko_tau, args.simko_lambda
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"simko_top_k must be an integer >= 1, got {k!r}")
-    if not (_number(alpha) and 0 <= alpha <= 1):
-        raise ConfigError(f"simko_alpha must be a finite number in [0, 1], got {alpha!r}")
-    if not (_number(tau) and 0 <= tau < 1):
-        raise ConfigError(
-            f"simko_tau must be a finite number in [0, 1) (at 1 no token is above the quantile), got {tau!r}"
-        )
-    if not (_number(lam) and lam >= 1):
-        raise ConfigError(f"simko_lambda must be a finite number >= 1, got {lam!r}")
+    alpha, lam = args.simko_alpha, args.simko_lambda
     if alpha == 0 and lam == 1:
         raise ConfigError("simko_alpha = 0 and simko_lambda = 1: SimKO would be plain GRPO")
     if getattr(args, "divergence_active", False):
@@ -196,6 +179,9 @@ class SimKO(GRPOPlugin):
 
     name = "simko"
     Args = SimKOArgs
+    selected_by = "simko: true"
+    switches = ("simko",)
+    ranges = {"simko_top_k": AT_LEAST_ONE, "simko_alpha": UNIT, "simko_tau": HALF_OPEN_UNIT, "simko_lambda": Range(1)}
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)

@@ -34,10 +34,10 @@ from typing import Any
 
 import torch
 
-from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
-from rlvr_div.trainers.reward_shaping import RewardShaping, groups, shaping_inactive
+from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 Q_FLOOR = 1e-6  # the released code clamps q before inverting it
 
@@ -89,18 +89,9 @@ class UCPOArgs:
         metadata={
             "help": "UCPO: τ in (0, 1], how far a group's correct-sample advantages move from GRPO's equal shares "
             "toward shares ∝ 1/q (q: the policy's distribution over the group's correct samples); 0.2 in the "
-            "authors' runs."
+            "authors' runs (0 would be plain GRPO)."
         },
     )
-
-
-def check_ucpo(args: Any) -> None:
-    """One-line ConfigError for ``ucpo_tau`` outside (0, 1], or set without ``reward_shaping: ucpo``."""
-    tau = args.ucpo_tau
-    if shaping_inactive(args, "ucpo", UCPOArgs):
-        return
-    if isinstance(tau, bool) or not (isinstance(tau, int | float) and math.isfinite(tau) and 0 < tau <= 1):
-        raise ConfigError(f"ucpo_tau must be a finite number in (0, 1] (0 is plain GRPO), got {tau!r}")
 
 
 class UCPO(RewardShaping):
@@ -108,10 +99,8 @@ class UCPO(RewardShaping):
 
     name = "ucpo"
     Args = UCPOArgs
-
-    @classmethod
-    def prepare(cls, args: Any) -> None:
-        check_ucpo(args)
+    selected_by = "reward_shaping: ucpo"
+    ranges = {"ucpo_tau": PROBABILITY}  # 0 would be plain GRPO
 
     def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:
         trainer = self.trainer

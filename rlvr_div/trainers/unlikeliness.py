@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import UNIT
 from rlvr_div.trainers.common import sampling_logps, sequence_logps
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
@@ -58,14 +59,12 @@ def unlikeliness_rewards(
 class Unlikeliness(RewardShaping):
     name = "unlikeliness"
     Args = UnlikelinessArgs
+    ranges = {"unlikeliness_lambda": UNIT}
 
     @classmethod
     def prepare(cls, args: Any) -> None:
         if args.reward_shaping != "unlikeliness":
             return
-        lam = args.unlikeliness_lambda
-        if lam is None or not 0.0 <= float(lam) <= 1.0:
-            raise ConfigError(f"unlikeliness_lambda must be in [0, 1], got {lam!r}")
         if args.unlikeliness_rank not in UNLIKELINESS_RANKS:
             raise ConfigError(
                 f"unlikeliness_rank must be one of {', '.join(UNLIKELINESS_RANKS)}, got {args.unlikeliness_rank!r}"

@@ -17,6 +17,7 @@ import torch
 
 from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
 
@@ -77,6 +78,15 @@ class ValidityTarget(GRPOPlugin):
 
     name = "validity_target"
     Args = ValidityTargetArgs
+    ranges = {
+        "target_validity": OPEN_UNIT,
+        "validity_horizon": POSITIVE,
+        "controller_gain": PROBABILITY,
+        "controller_prop_gain": NON_NEGATIVE,
+        "controller_beta_min": POSITIVE,
+        "controller_beta_max": POSITIVE,
+        "controller_approach_steps": NON_NEGATIVE,
+    }
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)
@@ -86,12 +96,15 @@ class ValidityTarget(GRPOPlugin):
     def prepare(cls, args: Any) -> None:
         if args.beta_schedule not in BETA_SCHEDULES:
             raise ConfigError(f"beta_schedule must be one of {BETA_SCHEDULES}, got {args.beta_schedule!r}")
+        low, high = args.controller_beta_min, args.controller_beta_max
+        if not low < high:
+            raise ConfigError(f"controller_beta_min={low} must be below controller_beta_max={high}")
         if args.beta_schedule == "validity_target":
             if args.divergence == "none" or args.divergence_coef <= 0:
                 raise ConfigError(
                     "beta_schedule 'validity_target' adapts divergence_coef: set a divergence and a coef > 0"
                 )
-            args.make_controller()  # validates target_validity, horizon and gain
+            args.make_controller()  # the controller's own checks (its initial β, its actuator)
 
     @classmethod
     def active(cls, args: Any) -> bool:

@@ -4,14 +4,14 @@ Negative Reinforcement in LLM Reasoning", arXiv:2506.01347), as a direct-advanta
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, shaping_inactive
+from rlvr_div.ranges import NON_NEGATIVE
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled
 
 
 def w_reinforce_advantages(
@@ -49,13 +49,10 @@ class WReinforceArgs:
 
 
 def check_w_reinforce(args: Any) -> None:
-    """One-line ConfigError for bad ``psr_weight``/``nsr_weight``, or either set without ``w_reinforce``."""
-    weights = {"psr_weight": args.psr_weight, "nsr_weight": args.nsr_weight}
-    if shaping_inactive(args, "w_reinforce", WReinforceArgs):
+    """One-line ConfigError for ``psr_weight`` and ``nsr_weight`` both 0, or a scaling that would not act (their
+    ranges, and "acts only with reward_shaping: w_reinforce", are declared in :class:`WReinforce`)."""
+    if args.reward_shaping != "w_reinforce":
         return
-    for key, value in weights.items():
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{key} must be a finite number >= 0, got {value!r}")
     if args.psr_weight == 0 and args.nsr_weight == 0:
         raise ConfigError("psr_weight and nsr_weight are both 0: every advantage would be 0")
     check_unscaled(args)
@@ -64,6 +61,8 @@ def check_w_reinforce(args: Any) -> None:
 class WReinforce(RewardShaping):
     name = "w_reinforce"
     Args = WReinforceArgs
+    selected_by = "reward_shaping: w_reinforce"
+    ranges = {"psr_weight": NON_NEGATIVE, "nsr_weight": NON_NEGATIVE}
     direct = True
 
     @classmethod

@@ -26,15 +26,14 @@ earlier epochs. BBG itself (a Beta-posterior weight on groups with successes) is
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from rlvr_div.errors import ConfigError
+from rlvr_div.ranges import POSITIVE
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups, shaping_inactive
+from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
 
 
 def zero_success_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:
@@ -72,12 +71,10 @@ class ZeroSuccessArgs:
 
 
 def check_zero_success(args: Any) -> None:
-    """One-line ConfigError for a bad ``zero_success_weight`` or one set without ``reward_shaping: zero_success``."""
-    weight = args.zero_success_weight
-    if shaping_inactive(args, "zero_success", ZeroSuccessArgs):
+    """One-line ConfigError for a scaling that would not act (the range of ``zero_success_weight``, and "acts only
+    with reward_shaping: zero_success", are declared in :class:`ZeroSuccess`)."""
+    if args.reward_shaping != "zero_success":
         return
-    if isinstance(weight, bool) or not (isinstance(weight, int | float) and math.isfinite(weight) and weight > 0):
-        raise ConfigError(f"zero_success_weight must be a finite number > 0, got {weight!r}")
     check_unscaled(args)
 
 
@@ -86,6 +83,8 @@ class ZeroSuccess(RewardShaping):
 
     name = "zero_success"
     Args = ZeroSuccessArgs
+    selected_by = "reward_shaping: zero_success"
+    ranges = {"zero_success_weight": POSITIVE}
     direct = True
 
     @classmethod
