@@ -56,7 +56,7 @@ from collapse_bench.measure import (
     trajectory_point,
     valid_sets,
 )
-from collapse_bench.runs import code_commit, training_summary
+from collapse_bench.runs import code_commit, init_worker, training_summary, worker_code
 from collapse_bench.spec import recipe_argv
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
@@ -403,7 +403,7 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
             body = EXECUTORS[study.arm(run.arm).kind](study, out, run, base)
             steps = body["path"][-1]["step"]
             result = {
-                "run": asdict(run), "identity": run_identity(study, run), "commit": _WORKER_CODE, **body,
+                "run": asdict(run), "identity": run_identity(study, run), "commit": worker_code(), **body,
                 "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
                 "reached_stop_mu": reached_mu(body["path"], study.convergence),
                 "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
@@ -420,22 +420,6 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
 
 
 # --------------------------------------------------------------------------------------------- all runs
-
-
-_WORKER_CODE = "unknown"
-
-
-def _init_worker(threads: int) -> None:
-    """Threads, and the code state this worker starts with (recorded in each of its results: the checkout may move
-    on while the study runs)."""
-    import os
-
-    import torch
-
-    global _WORKER_CODE
-    _WORKER_CODE = code_commit()
-    torch.set_num_threads(threads)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
 def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = True) -> int:
@@ -459,7 +443,7 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     failures: list[str] = []
     t0 = time.time()
     with tqdm(total=len(todo), desc="beta study", disable=not progress) as bar, ProcessPoolExecutor(
-        max_workers=study.workers, mp_context=get_context("spawn"), initializer=_init_worker,
+        max_workers=study.workers, mp_context=get_context("spawn"), initializer=init_worker,
         initargs=(study.threads,),
     ) as pool:  # fmt: skip
         waiting, pending, finished = list(todo), {}, set()

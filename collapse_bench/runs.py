@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -206,14 +207,30 @@ def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
 _WORKER_CODE = "unknown"
 
 
-def _init_worker(threads: int) -> None:
-    """Threads, and the code state this worker imported (recorded in each of its results)."""
+def init_worker(threads: int) -> None:
+    """A study's worker process (the benchmark's and the β study's): its threads, the code state it imported
+    (:func:`worker_code`, recorded in each of its results: the checkout may move on while a study runs), and a
+    watch that ends it when the process that started it is gone (a study killed with SIGTERM or SIGKILL would
+    otherwise leave its worker training beside whatever runs next)."""
     import torch
 
     global _WORKER_CODE
     _WORKER_CODE = code_commit()
     torch.set_num_threads(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def worker_code() -> str:
+    """The code state this worker process imported (:func:`init_worker`; "unknown" outside a worker)."""
+    return _WORKER_CODE
+
+
+def _exit_with_parent(parent: int, every: float = 2.0) -> None:
+    """End this process as soon as its parent ``parent`` is gone (it is then re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
@@ -293,7 +310,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     result = {
         "run": asdict(run),
         "identity": identity,
-        "commit": _WORKER_CODE,  # the code this worker process imported when it started
+        "commit": worker_code(),  # the code this worker process imported when it started
         "fingerprint": model_fingerprint(str(directory)),
         "train": training_summary(directory / "metrics.jsonl"),
         "trajectory": trajectory,  # the training prompts measured exactly along the run (step 0: the base)
@@ -431,7 +448,7 @@ def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_ru
 
     todo = sorted(todo + followups(), key=priority)
     ctx = get_context("spawn")
-    with ProcessPoolExecutor(bench.workers, mp_context=ctx, initializer=_init_worker, initargs=(bench.threads,),
+    with ProcessPoolExecutor(bench.workers, mp_context=ctx, initializer=init_worker, initargs=(bench.threads,),
                              max_tasks_per_child=20) as pool:  # fmt: skip
         running: dict[Future, Run] = {}
         try:
