@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             state = "built" if entry.trainer is not None else f"FAILED ({entry.error})"
             print(f"  trainer {spec}: {state} ({time.perf_counter() - t0:.1f} s)", flush=True)
         print(f"timing {len(timed)} trainers, {warmup} warm-up + {args.rounds} rounds", flush=True)
-        time_steps(timed, rows, device, args.rounds, warmup, args.budget_s)
+        results["timed_rounds"] = time_steps(timed, rows, device, args.rounds, warmup, args.budget_s)
         results["steps"] = step_table(timed)
         results["batch"] = {"completions": batch, "completion_tokens": args.max_completion_length,
                             "prompt_chars": args.prompt_length}  # fmt: skip
