@@ -381,3 +381,24 @@ def test_controller_state_is_in_the_checkpoint_before_it_looks_complete(tmp_path
     (folder / CONTROLLER_STATE).unlink()
     with pytest.raises(ConfigError, match=CONTROLLER_STATE):
         trainer._load_optimizer_and_scheduler(str(folder))
+
+
+def test_the_controller_moves_the_live_coefficient_not_trls_switch(tmp_path, tiny_path) -> None:
+    """The divergence term's live coefficient is the trainer's ``kl_coef``: it starts at divergence_coef, the
+    controller moves it (and a checkpoint restores it), the divergence term weights its loss by it; TRL's ``beta``
+    only switches the reference log-probs on and stays put."""
+    import torch
+
+    trainer = _controller_trainer(tmp_path, tiny_path)
+    assert trainer.kl_coef == 0.1 and trainer.beta == 0.1
+    plugin = trainer.plugin("validity_target")
+    trainer.model.train()  # the controller acts on training batches
+    for _ in range(20):
+        plugin.on_rewards(torch.zeros(64, 1), [], [], torch.ones(64), {"valid_rate": 0.95})
+    assert trainer.kl_coef == plugin.controller.beta != 0.1 and trainer.beta == 0.1
+    state = plugin.controller.state_dict()
+    trainer.kl_coef = 0.1
+    (tmp_path / "ck").mkdir()
+    plugin.save(tmp_path / "ck")
+    plugin.load(tmp_path / "ck")
+    assert trainer.kl_coef == state["beta"] and trainer.beta == 0.1

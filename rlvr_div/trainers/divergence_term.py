@@ -120,6 +120,7 @@ class DivergenceTerm(GRPOPlugin):
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)
+        trainer.kl_coef = float(trainer.args.divergence_coef)  # the live coefficient (a controller may move it)
         self._capture = False
         self._logps: torch.Tensor | None = None
 
@@ -161,7 +162,7 @@ class DivergenceTerm(GRPOPlugin):
             metrics[f"divergence/{name}_unweighted"].append(global_masked_mean(trainer, per_token.detach(), mask))
             per_token = per_token * self.importance_ratio(logps, inputs, mask)
         metrics[f"divergence/{name}"].append(global_masked_mean(trainer, per_token.detach(), mask))  # what enters L
-        return trainer.beta * aggregate(trainer, per_token, mask, inputs)  # β: the controller may move it
+        return trainer.kl_coef * aggregate(trainer, per_token, mask, inputs)  # β: the controller may move it
 
     def importance_ratio(self, logps: torch.Tensor, inputs: dict[str, Any], mask: torch.Tensor) -> torch.Tensor:
         """π_θ/π_old at the level TRL uses for its policy ratio (token or sequence), differentiable in π_θ."""

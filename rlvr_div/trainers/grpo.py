@@ -14,8 +14,9 @@ method of its own: TRL computes the policy loss with its own KL switched off (th
 ``DivergenceGRPOConfig`` is ``GRPOConfig`` plus every plug-in's recipe keys (its ``Args`` mixin) and
 ``validity_reward_index``; each plug-in checks its own keys in one line while the config is built, before any model
 loads. TRL's ``beta`` is set to the coefficient of the active plug-in that needs reference log-probs (0: no
-reference model). With ``divergence: reverse_kl``, ``divergence_gradient: ratio`` and the coefficient equal to TRL's
-``beta``, the loss equals stock GRPO's (tested to 1e-6).
+reference model) and only switches them on; the divergence term's live coefficient is the trainer's ``kl_coef``
+(the validity-target controller moves it, MARA reads it). With ``divergence: reverse_kl``, ``divergence_gradient:
+ratio`` and the coefficient equal to TRL's ``beta``, the loss equals stock GRPO's (tested to 1e-6).
 
 Every step also logs, from rewards gathered over all processes (a prompt's group can span ranks):
 ``diversity/pass_at_group`` (fraction of groups with at least one valid completion), ``diversity/distinct_valid``
@@ -81,6 +82,10 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.gathered_rewards: torch.Tensor | None = None  # the last scored batch's rewards, over all processes
         self.gathered_texts: list[str] | None = None  # its stripped completion texts (set by log_group_diversity)
+        # the live coefficient of the divergence term, an interface between plug-ins: set by the divergence term
+        # from divergence_coef, moved by the validity-target controller, read by MARA. Not TRL's ``beta``, which
+        # here only switches TRL's reference log-probs on (DivergenceGRPOConfig sets it; TRL's own KL is off).
+        self.kl_coef = 0.0
         self.plugins = [cls(self) for cls in PLUGIN_CLASSES if cls.active(self.args)]
 
     def plugin(self, name: str) -> GRPOPlugin | None:

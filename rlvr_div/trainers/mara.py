@@ -95,7 +95,7 @@ class Mara(RewardShaping):
     def shape(self, rewards: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
         trainer = self.trainer
         ref = sequence_logps(trainer, out["ref_per_token_logps"], out["completion_mask"])
-        return mara_rewards(rewards, ref, trainer.num_generations, trainer.args.mara_tau, trainer.beta)
+        return mara_rewards(rewards, ref, trainer.num_generations, trainer.args.mara_tau, trainer.kl_coef)
 
 
 PLUGINS = (Mara,)

@@ -115,9 +115,9 @@ class ValidityTarget(GRPOPlugin):
         trainer = self.trainer
         if not trainer.model.training:
             return
-        trainer.beta = self.controller.update(stats["valid_rate"], valid.numel())
+        trainer.kl_coef = self.controller.update(stats["valid_rate"], valid.numel())
         metrics = trl_seam.metrics(trainer, "train")
-        metrics["controller/beta"].append(trainer.beta)
+        metrics["controller/beta"].append(trainer.kl_coef)
         metrics["controller/running_validity"].append(self.controller.running_validity)
 
     def save(self, checkpoint: Path) -> None:
@@ -133,7 +133,7 @@ class ValidityTarget(GRPOPlugin):
                 "would restart; resume from a checkpoint of this run or start afresh"
             )
         self.controller.load_state_dict(json.loads(path.read_text()))
-        self.trainer.beta = self.controller.beta
+        self.trainer.kl_coef = self.controller.beta
 
 
 PLUGINS = (ValidityTarget,)
