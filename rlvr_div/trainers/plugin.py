@@ -9,6 +9,8 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 - ``prepare(args)``: its other one-line checks (between its keys, against other settings; a
   :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in registration
   order (it may resolve its own keys, e.g. a synonym);
+- ``check_task(args, task, spec, rewards)``: its checks against the run's task and rewards while it is active (MARA
+  refuses a one-answer task), called by ``rlvr-div train``'s pre-load checks (:func:`check_task_of_active`);
 - ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
 - the hooks it needs, each a no-op by default (the trainer calls them in registration order):
   ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
