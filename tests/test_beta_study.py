@@ -195,6 +195,7 @@ arms:
 """
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_the_annealed_arm_warm_starts_each_beta_and_reports_its_distance_to_the_optimum(tmp_path, tiny_path):
     from collapse_bench.beta_report import write_report
     from collapse_bench.beta_spec import predecessor

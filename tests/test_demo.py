@@ -24,6 +24,7 @@ def _demo(out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_small_demo_writes_the_report_and_a_rerun_skips_every_run(tmp_path, tiny_path):
     out = tmp_path / "demo"
     res = _demo(out, *SMALL)

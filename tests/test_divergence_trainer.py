@@ -146,6 +146,7 @@ def test_mara_without_kl_fails_in_one_line(capsys, tmp_path):
     assert rc == 2 and len(err) == 1 and "inert at β = 0" in err[0]
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_two_process_run_logs_group_metrics(tmp_path, tiny_path):
     out = tmp_path / "ddp"
     cmd = TWO_PROCESSES + ["-m", "rlvr_div.train", "--config", str(ROOT / "recipes/tiny/forward_kl.yaml"),

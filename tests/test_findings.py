@@ -164,3 +164,58 @@ def test_finding_13_the_shifted_verifier_separates_nothing_at_128_and_sees_grpo_
             if d.get("mean") is not None:
                 assert all(round(d[k], 3) == 0 for k in ("mean", "lo", "hi") if d.get(k) is not None), (name, level)
     assert "separates no method" in DOCS.read_text()
+
+
+def test_finding_16_the_2025_26_methods_on_routes():
+    """16: polychromic and differential smoothing claimed at GRPO's validity; zero-success claimed without ever
+    updating (its end policy is the base); SimKO, UCPO, ProRL, FlowRL not claimed; GRPO as in the first grid."""
+    entry = _report("collapse_routes_new")["tasks"]["routes"]
+    rows = entry["primary"]["rows"]
+    assert entry["primary"]["family"] == 7
+    claimed = sorted(n for n, r in rows.items() if r["claimed"])
+    assert claimed == ["differential_smoothing", "polychromic", "zero_success"]
+    assert rows["flowrl"]["separated"] and not rows["flowrl"]["claimed"] and rows["flowrl"]["mean"] > 0
+
+    def long(name: str) -> dict:
+        return entry["methods"][name]["by_class"]["test"]["long"]
+
+    assert round(long("grpo")["lost_at"]["64"]["mean"], 1) == 44.5
+    assert round(_report("collapse_routes")["tasks"]["routes"]["methods"]["grpo"]["by_class"]["test"]["long"][
+        "lost_at"]["64"]["mean"], 6) == round(long("grpo")["lost_at"]["64"]["mean"], 6)  # fmt: skip
+    assert [round(long(n)["lost_at"]["64"]["mean"], 1) for n in ("polychromic", "differential_smoothing")] == [2.8, 2.9]
+    train = {n: entry["methods"][n]["splits"]["train"]["mu"]["mean"] for n in entry["methods"]}
+    assert [round(train[n], 3) for n in ("grpo", "polychromic", "differential_smoothing")] == [0.979, 0.974, 0.976]
+    short = entry["methods"]["polychromic"]["by_class"]["test"]["short"]["minority_share"]
+    assert round(short["mean"], 3) == 0.497
+    base = entry["base"]["train"]["mu"]
+    zero = entry["methods"]["zero_success"]
+    assert zero["splits"]["train"]["mu"]["mean"] == pytest.approx(base, abs=1e-12)  # "never update"
+    assert [round(rows[n]["mean"], 1) for n in ("simko", "ucpo", "prorl", "flowrl")] == [-1.6, -3.4, 15.2, 11.0]
+
+
+def test_finding_17_the_2025_26_methods_on_skewsum_and_carry():
+    """17: the declared primaries (Δ effective answers at matched validity 0.9 on skewsum; Δ test problems lost at
+    k = 128 on carry), Holm over the 7 methods of each task."""
+    from collapse_bench.stats import holm
+
+    tasks = _report("collapse_new")["tasks"]
+    skew = {n: m for n, m in tasks["skewsum"]["methods"].items() if n != "grpo"}
+    at = {n: next((lv for lv in m["levels"] if lv["mu"] == 0.9), None) for n, m in skew.items()}
+    eff = {n: (lv["effective_answers"] if lv and lv["effective_answers"]["n"] else None) for n, lv in at.items()}
+    kept = holm({n: (e or {}).get("p") for n, e in eff.items()})
+    claimed = sorted(n for n, ok in kept.items() if ok and eff[n]["mean"] > 0)
+    assert claimed == ["differential_smoothing", "polychromic", "simko", "ucpo"]
+    assert eff["zero_success"] is None  # never reaches 0.9
+    assert [round(eff[n]["mean"], 2) for n in ("polychromic", "differential_smoothing", "simko", "ucpo")] == [
+        1.75, 0.68, 0.12, 0.09
+    ]  # fmt: skip
+    kl = at["polychromic"]["kl_pstar"]
+    assert kl["separated"] and round(kl["mean"], 3) == 0.089  # "not more of p*"
+    assert round(skew["polychromic"]["splits"]["train"]["effective_answers"]["mean"], 2) == 7.07
+    assert round(tasks["skewsum"]["base"]["train"]["effective_answers"], 2) == 6.06
+    assert round(skew["zero_success"]["splits"]["train"]["mu"]["mean"], 3) == 0.673
+    carry = {n: m for n, m in tasks["carry"]["methods"].items() if n != "grpo"}
+    lost = {n: m["paired_vs_baseline"]["test"]["lost_at_kmax"] for n, m in carry.items()}
+    assert not any(holm({n: d["p"] for n, d in lost.items()}).values())
+    assert not any(d["separated"] for d in lost.values())
+    assert ["grpo", "ucpo"] in tasks["carry"]["identical_cells"]

@@ -266,6 +266,7 @@ def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_the_head_and_its_optimizer_state_survive_a_resume(tmp_path, tiny_path):
     """A run stopped after its step-1 checkpoint and resumed reaches the same head at step 2 as the uninterrupted
     run: its weights come back from the checkpoint and its Adam moments from the Trainer's optimizer.pt."""
@@ -316,6 +317,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_two_processes_start_from_one_head_and_average_its_gradients(tmp_path):
     """Under a 2-process launch the head is the same on both processes although the Trainer's per-process seeds
     differ (their next random draws do), and the head's gradients are averaged (a missing one counts as 0)."""

@@ -115,6 +115,7 @@ def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_counts_survive_a_resume_from_a_checkpoint(tmp_path, tiny_path):
     full = tmp_path / "full"
     res = _train(full, "--max_steps", "4")
@@ -140,6 +141,7 @@ def test_counts_survive_a_resume_from_a_checkpoint(tmp_path, tiny_path):
     assert json.loads((light / "checkpoint-2" / STATE_FILE).read_text())["counts"] == at2
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_two_processes_count_every_completion_once(tmp_path, tiny_path):
     """Under a 2-process launch the counts come from the gathered batch (a group may span processes): after two steps
     they hold each answered completion of the global batches once, on top of Clip-Cov in the same loss."""

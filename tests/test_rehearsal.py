@@ -56,6 +56,7 @@ def test_offline_stage_writes_both_splits_and_summary(rehearsal_dir):
         assert len(row["ref_logps"]) == len(row["completion_ids"]) and all(lp <= 0 for lp in row["ref_logps"])
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_killed_offline_stage_resumes_to_the_same_result(rehearsal_dir, tmp_path):
     out = tmp_path / "killed"
     proc = _rehearse(out, "--rehearsal_sampling_batch_size", "9")  # one prompt per generate call
@@ -172,6 +173,7 @@ def _train_dph(recipe: str, rehearsal: Path, out: Path, steps: int, *extra: str,
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
 
 
+@pytest.mark.slow  # moved to make test-slow: keeps make test near 10 min (--durations, 2026-11-27)
 def test_two_process_dph_run_shards_the_rehearsal_batch(rehearsal_dir, tmp_path, tiny_path):
     logs = _train_dph("dph_forward_kl", rehearsal_dir, tmp_path / "ddp", 2, "--per_device_train_batch_size", "16",
                       processes=2)  # fmt: skip
