@@ -123,11 +123,10 @@ def test_a_killed_holders_lock_is_taken_over(tmp_path):
         assert res.stdout.split() == names
 
 
-def test_an_unwritable_parent_puts_the_lock_inside_and_a_file_parent_is_one_line(tmp_path, monkeypatch):
+def _read_only_parent(monkeypatch, out: Path) -> None:
+    """Locks may be created only inside ``out`` (its parent is read-only, as for a mounted volume)."""
     import rlvr_div.run_lock as run_lock
 
-    out = tmp_path / "mounted"
-    out.mkdir()
     real = run_lock._acquire
 
     def read_only_parent(path: Path):
@@ -136,6 +135,13 @@ def test_an_unwritable_parent_puts_the_lock_inside_and_a_file_parent_is_one_line
         return real(path)
 
     monkeypatch.setattr(run_lock, "_acquire", read_only_parent)
+
+
+def test_an_unwritable_parent_puts_the_lock_inside_and_a_file_parent_is_one_line(tmp_path, monkeypatch):
+
+    out = tmp_path / "mounted"
+    out.mkdir()
+    _read_only_parent(monkeypatch, out)
     with directory_lock(out, "evaluation", "--output-dir") as path:
         assert path == out / ".rlvr-div.lock" and holder(out)["what"] == "evaluation"
     monkeypatch.undo()
@@ -155,14 +161,7 @@ def test_starting_over_keeps_a_lock_held_inside_the_directory(tmp_path, monkeypa
     out = tmp_path / "mounted"
     (out / "runs" / "old").mkdir(parents=True)
     (out / "study.json").write_text("{}")
-    real = run_lock._acquire
-
-    def read_only_parent(path: Path):
-        if path.parent != out:
-            raise PermissionError(errno.EROFS, "Read-only file system")
-        return real(path)
-
-    monkeypatch.setattr(run_lock, "_acquire", read_only_parent)
+    _read_only_parent(monkeypatch, out)
     with directory_lock(out, "beta study", "--out") as path:
         run_lock.clear_directory(out)
         assert sorted(p.name for p in out.iterdir()) == [".rlvr-div.lock", ".rlvr-div.pid.lock"]
