@@ -12,10 +12,11 @@ from typing import Any
 
 from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study, study_runs
-from collapse_bench.beta_study import BASE, STATE, closed_form_mu, read_result
+from collapse_bench.beta_study import BASE, STATE, read_result
 from collapse_bench.report import _bars, _num, _pm, _table
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json
+from rlvr_div.calibration import mean_validity_at
 
 METRICS = ("mu", "effective_answers", "kl_pstar", "cov_at_kmax")
 # what an anneal run's last path point adds: J, J* − J, KL(π̄‖p̄_β), the last step's gradient norm
@@ -50,7 +51,7 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
             "steps": mean_ci([r["steps"] for r in results]),
             "max_steps": results[0]["max_steps"],
             "plateaued": sum(r["plateau_step"] is not None for r in results),
-            "closed_form_mu": None if beta is None else closed_form_mu(base_mu, beta),
+            "closed_form_mu": None if beta is None else mean_validity_at(beta, base_mu),
             "per_seed": {},
         }
         for split in ("train", "test"):
@@ -296,7 +297,7 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
         axes[3].plot(c["train"]["mu"]["mean"], c["train"]["effective_answers"]["mean"] / base_eff, "D", ms=7,
                      color=color, label=f"tiny Llama, {name} (no β)")  # fmt: skip
     grid = [x_zero * (betas[-1] * 3 / x_zero) ** (j / 60) for j in range(61)]
-    axes[0].plot(grid, [closed_form_mu(agg["base_mu_per_prompt"], b) for b in grid], "k--", lw=1,
+    axes[0].plot(grid, [mean_validity_at(b, agg["base_mu_per_prompt"]) for b in grid], "k--", lw=1,
                  label="optimum p_β: μ(β) = mean σ(logit A + 1/β)")  # fmt: skip
     axes[1].axhline(base_eff, color="k", ls="--", lw=1, label="optimum p_β (valid part p*, every β)")
     axes[2].axhline(0.0, color="k", ls="--", lw=1, label="optimum p_β (KL = 0, every β)")

@@ -490,12 +490,3 @@ def runs_to_do(study: Study, out: Path) -> list[StudyRun]:
             before = predecessor(study, before)
     order = {s: i for i, s in enumerate(study.seeds)}
     return sorted(todo, key=lambda r: (order[r.seed], runs.index(r)))
-
-
-def closed_form_mu(base_mu: list[float], beta: float) -> float:
-    """mean_x σ(logit A_x + 1/β): the validity of the sequence-level optimum p_β on these prompts."""
-    from rlvr_div.calibration import validity_at
-
-    if beta == 0:
-        return 1.0
-    return float(mean(validity_at(beta, min(max(a, 1e-12), 1 - 1e-12)) for a in base_mu))

@@ -20,6 +20,7 @@ from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
 from collapse_bench.stats import paired_difference
+from rlvr_div.calibration import mean_validity_at
 
 
 def _num(x: float | None, digits: int = 3) -> str:
@@ -139,15 +140,6 @@ def matched_table(entry: dict[str, Any], kmax: int) -> list[str]:
         return []
     return _table(["method vs the baseline at the method's validity, paired by seed", "seeds compared",
                    "Δ eff. answers", f"Δ cov@{kmax}", "Δ KL(p*‖π_v)"], rows)  # fmt: skip
-
-
-def closed_form_validity(base_mu: list[float], beta: float) -> float:
-    """Mean over prompts of μ(β) = σ(logit A_x + 1/β), the validity of the tilted model p_β (1 at β = 0)."""
-    from rlvr_div.calibration import validity_at
-
-    if beta == 0:
-        return 1.0
-    return sum(validity_at(beta, min(max(a, 1e-12), 1 - 1e-12)) for a in base_mu) / len(base_mu)
 
 
 def sweep_verdict(sweep: dict[str, Any], split: str) -> list[str]:
@@ -303,7 +295,7 @@ def _sweep_plot(
                          color=plt.cm.Dark2(j), label=f"tiny Llama, {method} (no β)")  # fmt: skip
     if base_mu:
         grid = [min(betas) / 3 * (max(betas) * 3 / (min(betas) / 3)) ** (j / 60) for j in range(61)]
-        axes[0].plot(grid, [closed_form_validity(base_mu, b) for b in grid], "k--", lw=1,
+        axes[0].plot(grid, [mean_validity_at(b, base_mu) for b in grid], "k--", lw=1,
                      label="closed form μ(β) = σ(logit A + 1/β): sequence-level reverse-KL optimum")  # fmt: skip
     axes[1].axhline(base_eff, color="k", ls="--", lw=1, label="p* (tilted optimum, every β)")
     if toy:
@@ -473,7 +465,7 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
             for r in rs:
                 t, s = r["splits"]["train"], r["splits"][split]
                 reverse = method == "grpo_reverse_kl" or "reverse" in method
-                cf = _num(closed_form_validity(base_mu, r["beta"])) if base_mu and reverse else "—"
+                cf = _num(mean_validity_at(r["beta"], base_mu)) if base_mu and reverse else "—"
                 rows.append(
                     [
                         method,

@@ -16,6 +16,7 @@ and, because ``p_β = μ·p* + (1 − μ)·a(·|invalid)`` with ``p* = a(·|vali
 from __future__ import annotations
 
 import math
+import statistics
 
 from rlvr_div.errors import ConfigError
 
@@ -52,6 +53,14 @@ def check_beta(beta: float) -> float:
 def validity_at(beta: float, base_rate: float) -> float:
     """μ(β, A) = σ(logit A + 1/β): the validity of the tilted optimum p_β for base validity rate A."""
     return sigmoid(logit(check_open_unit("base_rate", base_rate)) + 1.0 / check_beta(beta))
+
+
+def mean_validity_at(beta: float, base_rates: list[float]) -> float:
+    """mean_x μ(β, A_x) = mean_x σ(logit A_x + 1/β): the validity of the tilted optimum over prompts x with base
+    validity rates A_x (clipped to [1e-12, 1 − 1e-12]); 1 at β = 0, the limit."""
+    if beta == 0:
+        return 1.0
+    return float(statistics.mean(validity_at(beta, min(max(a, 1e-12), 1 - 1e-12)) for a in base_rates))
 
 
 def beta_for(target_validity: float, base_rate: float) -> float:

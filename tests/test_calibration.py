@@ -402,3 +402,12 @@ def test_the_controller_moves_the_live_coefficient_not_trls_switch(tmp_path, tin
     plugin.save(tmp_path / "ck")
     plugin.load(tmp_path / "ck")
     assert trainer.kl_coef == state["beta"] and trainer.beta == 0.1
+
+
+def test_mean_validity_over_prompts_is_the_mean_of_the_closed_form() -> None:
+    from rlvr_div.calibration import mean_validity_at
+
+    rates = [0.1, 0.5, 0.9]
+    assert mean_validity_at(0.5, rates) == pytest.approx(sum(validity_at(0.5, a) for a in rates) / 3, rel=1e-15)
+    assert mean_validity_at(0.0, rates) == 1.0
+    assert 0 < mean_validity_at(1.0, [0.0, 1.0]) < 1  # A = 0 and 1 are clipped into (0, 1)
