@@ -219,3 +219,10 @@ def test_finding_17_the_2025_26_methods_on_skewsum_and_carry():
     assert not any(holm({n: d["p"] for n, d in lost.items()}).values())
     assert not any(d["separated"] for d in lost.values())
     assert ["grpo", "ucpo"] in tasks["carry"]["identical_cells"]
+
+
+def test_finding_16_the_80_20_rule_on_routes_is_not_claimed():
+    entry = _report("collapse_routes_top_entropy")["tasks"]["routes"]
+    row = entry["primary"]["rows"]["top_entropy_02"]
+    assert entry["primary"]["family"] == 1 and not row["claimed"]
+    assert [round(row["lo"], 1), round(row["hi"], 1)] == [-70.8, 70.1]
