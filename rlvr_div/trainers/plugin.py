@@ -170,10 +170,9 @@ def plugin_classes() -> list[type[GRPOPlugin]]:
 def check_task_of_active(args: Any, task: str, spec: Any, rewards: list[str]) -> None:
     """:meth:`GRPOPlugin.check_task` of every plug-in active in ``args`` (a config without the plug-ins' keys, another
     trainer's, has none active)."""
-    classes = plugin_classes()
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return
-    for cls in classes:
+    for cls in plugin_classes():
         if cls.active(args):
             cls.check_task(args, task, spec, rewards)
 
