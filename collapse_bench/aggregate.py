@@ -16,7 +16,7 @@ from typing import Any
 from collapse_bench.classes import base_by_class, class_table, held_out_path, lost_versus_baseline, primary_comparison
 from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, path_value_at, trajectory_point
 from collapse_bench.per_prompt import by_difficulty, versus_base
-from collapse_bench.runs import read_result, select
+from collapse_bench.runs import result_of, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
 from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_value
 
@@ -125,7 +125,7 @@ def chosen_value(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     m = bench.method(method)
     if m.tune_key is None:
         return None
-    if any(read_result(out, Run(task, method, v, bench.tune_seed), bench) is None for v in m.tune[m.tune_key]):
+    if any(result_of(out, bench, Run(task, method, v, bench.tune_seed)) is None for v in m.tune[m.tune_key]):
         return None
     return select(bench, out, task, method)[0]
 
@@ -138,7 +138,7 @@ def inert_values(bench: Benchmark, out: Path, task: str, method: str) -> list[li
         return []
     by_fingerprint: dict[str, list[Any]] = {}
     for value in m.tune[m.tune_key]:
-        result = read_result(out, Run(task, method, value, bench.tune_seed), bench)
+        result = result_of(out, bench, Run(task, method, value, bench.tune_seed))
         if result is not None and result.get("fingerprint"):
             by_fingerprint.setdefault(result["fingerprint"], []).append(value)
     return [values for values in by_fingerprint.values() if len(values) > 1]
@@ -165,7 +165,7 @@ def identical_cells(fingerprints: dict[str, dict[int, str]]) -> list[list[str]]:
 def seed_results(bench: Benchmark, out: Path, task: str, method: str, value: Any) -> dict[int, dict[str, Any]]:
     results = {}
     for seed in bench.seeds:
-        r = read_result(out, Run(task, method, value, seed), bench)
+        r = result_of(out, bench, Run(task, method, value, seed))
         if r is not None:
             results[seed] = r
     return results
@@ -382,7 +382,7 @@ def code_states(bench: Benchmark, out: Path) -> dict[str, int]:
                 runs |= {Run(task.name, m.name, value, s) for s in bench.seeds}
     codes: dict[str, int] = {}
     for run in runs:
-        r = read_result(out, run, bench)
+        r = result_of(out, bench, run)
         if r is not None:
             codes[r.get("commit", "unknown")] = codes.get(r.get("commit", "unknown"), 0) + 1
     return codes

@@ -11,7 +11,7 @@ from collapse_bench.beta_report import write_report
 from collapse_bench.beta_spec import load_study
 from collapse_bench.beta_study import STATE, run_study
 from collapse_bench.cli import toy_reference
-from collapse_bench.runs import benchmark_lock
+from collapse_bench.engine import study_lock
 from rlvr_div.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
     if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no β study to report on")
-    with benchmark_lock(out, "β study"):
+    with study_lock(out, "β study"):
         if not args.report_only:
             run_study(study, out, fresh=args.fresh, progress=not args.quiet)
         toy = toy_reference(out, sorted(study.betas, reverse=True))

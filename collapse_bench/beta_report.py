@@ -12,8 +12,11 @@ from typing import Any
 
 from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study, study_runs
-from collapse_bench.beta_study import BASE, STATE, read_result
-from collapse_bench.report import _bars, _num, _pm, _table
+from collapse_bench.beta_study import BASE, STATE, result_of
+from collapse_bench.markdown import num as _num
+from collapse_bench.markdown import pm as _pm
+from collapse_bench.markdown import table as _table
+from collapse_bench.plotting import error_bars
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json
 from rlvr_div.calibration import mean_validity_at
@@ -36,7 +39,7 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
     agg["base_mu_per_prompt"] = base_mu
     cells: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
     for run in study_runs(study):
-        result = read_result(out, study, run)
+        result = result_of(out, study, run)
         if result is None:
             agg["missing"].append(run.key)
             continue
@@ -218,7 +221,7 @@ def frontier(study: Study, out: Path, baseline: str = "grpo") -> list[str]:
     rule (one the untrained base could win); a β whose path never reaches a level has no row there."""
     paths: dict[tuple[str, float | None], dict[int, list[dict[str, Any]]]] = {}
     for run in study_runs(study):
-        result = read_result(out, study, run)
+        result = result_of(out, study, run)
         if result is not None:
             paths.setdefault((run.arm, run.beta), {})[run.seed] = result["path"]
     base = paths.get((baseline, None))
@@ -286,7 +289,7 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
         xs = [c["beta"] if c["beta"] > 0 else x_zero for c in cells]
         for ax, key, lo, hi in ((axes[0], "mu", 0, 1), (axes[1], "effective_answers", 1, math.inf),
                                 (axes[2], "kl_pstar", 0, math.inf)):  # fmt: skip
-            ax.errorbar(xs, [c["train"][key]["mean"] for c in cells], yerr=_bars([c["train"][key] for c in cells],
+            ax.errorbar(xs, [c["train"][key]["mean"] for c in cells], yerr=error_bars([c["train"][key] for c in cells],
                         lo, hi), fmt="o-", capsize=3, color=color, label=arm["label"])  # fmt: skip
         axes[3].plot([c["train"]["mu"]["mean"] for c in cells],
                      [c["train"]["effective_answers"]["mean"] / base_eff for c in cells], "o-", color=color,

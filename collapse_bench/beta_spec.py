@@ -6,7 +6,9 @@ Running the study is :mod:`collapse_bench.beta_study`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from rlvr_div.recipe import read_yaml_mapping
 SPLITS = ("train", "test")
 KINDS = ("sampled", "exact", "anneal", "point")
 DTYPES = ("float32", "float64")
+ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")  # the anneal arm's own settings
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
             "reached_kl", "path_dense", "path_per_prompt", "primary"}  # fmt: skip
@@ -320,3 +323,34 @@ def predecessor(study: Study, run: StudyRun) -> StudyRun | None:
     betas = list(arm.betas or study.betas)
     i = betas.index(run.beta)
     return None if i == 0 else StudyRun(run.arm, betas[i - 1], run.seed)
+
+
+def run_identity(study: Study, run: StudyRun) -> str:
+    """A hash of everything a run's outcome depends on in the config (its arm, shared settings, the plateau rule, the
+    recipe's text); a finished run whose identity changed is trained again."""
+    arm = study.arm(run.arm)
+    recipe_text = Path(arm.recipe).read_text() if arm.recipe else ""
+    # the anneal arm's own settings count only when set, so the other arms' finished runs keep their identity
+    own = {k: v for k, v in asdict(arm).items() if k not in ANNEAL_ONLY or v is not None}
+    data = {
+        "run": asdict(run), "arm": {**own, "recipe": recipe_text}, "model": study.model, "task": study.task,
+        "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
+        "convergence": {k: v for k, v in asdict(study.convergence).items() if k != "stop_at_mu" or v is not None},
+    }  # fmt: skip
+    # the settings added for the real-LM study count only when set, so the β study's finished runs keep their identity
+    extra = {
+        "gguf_file": study.gguf_file,
+        "prompts": study.prompts,
+        "samples": study.samples,
+        "path_dense": study.path_dense and asdict(study.path_dense),
+        "path_per_prompt": study.path_per_prompt,
+    }
+    data |= {k: v for k, v in extra.items() if v}
+    if arm.kind in ("exact", "anneal"):  # they read only these of the shared settings, never stop at a plateau
+        data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
+                                                            "max_grad_norm")}  # fmt: skip
+        data["runs_to_budget"] = True
+    before = predecessor(study, run)
+    if before is not None:  # a warm start is only as current as the run it starts from
+        data["starts_from"] = run_identity(study, before)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -33,40 +33,33 @@ Output directory::
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import shutil
 import time
-import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
-from multiprocessing import get_context
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, predecessor, study_runs
+from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, predecessor, run_identity, study_runs
+from collapse_bench.engine import RESULT, logged, open_state, read_result, record_run, run_dir, run_pool, worker_code
 from collapse_bench.measure import (
     PER_PROMPT_PATH_KEYS,
     exact_trajectory,
     logprobs_of,
     split_rows,
     summarise,
+    training_summary,
     trajectory_point,
     valid_sets,
 )
-from collapse_bench.runs import code_commit, init_worker, training_summary, worker_code
 from collapse_bench.spec import recipe_argv
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import clear_directory
 
-ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")
 STATE = "study.json"
 WEIGHTS = "weights"
 BASE = "base.json"
-RESULT = "result.json"
 
 
 def plateau_step(path: list[dict[str, Any]], rule: Convergence) -> int | None:
@@ -88,43 +81,9 @@ def plateau_step(path: list[dict[str, Any]], rule: Convergence) -> int | None:
     return s
 
 
-def run_identity(study: Study, run: StudyRun) -> str:
-    """A hash of everything a run's outcome depends on in the config (its arm, shared settings, the plateau rule, the
-    recipe's text); a finished run whose identity changed is trained again."""
-    arm = study.arm(run.arm)
-    recipe_text = Path(arm.recipe).read_text() if arm.recipe else ""
-    # the anneal arm's own settings count only when set, so the other arms' finished runs keep their identity
-    own = {k: v for k, v in asdict(arm).items() if k not in ANNEAL_ONLY or v is not None}
-    data = {
-        "run": asdict(run), "arm": {**own, "recipe": recipe_text}, "model": study.model, "task": study.task,
-        "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,
-        "convergence": {k: v for k, v in asdict(study.convergence).items() if k != "stop_at_mu" or v is not None},
-    }  # fmt: skip
-    # the settings added for the real-LM study count only when set, so the β study's finished runs keep their identity
-    extra = {
-        "gguf_file": study.gguf_file,
-        "prompts": study.prompts,
-        "samples": study.samples,
-        "path_dense": study.path_dense and asdict(study.path_dense),
-        "path_per_prompt": study.path_per_prompt,
-    }
-    data |= {k: v for k, v in extra.items() if v}
-    if arm.kind in ("exact", "anneal"):  # they read only these of the shared settings, never stop at a plateau
-        data["common"] = {k: study.common.get(k) for k in ("learning_rate", "temperature", "max_steps",
-                                                            "max_grad_norm")}  # fmt: skip
-        data["runs_to_budget"] = True
-    before = predecessor(study, run)
-    if before is not None:  # a warm start is only as current as the run it starts from
-        data["starts_from"] = run_identity(study, before)
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def read_result(out: Path, study: Study, run: StudyRun) -> dict[str, Any] | None:
-    path = out / "runs" / run.key / RESULT
-    if not path.is_file():
-        return None
-    result = json.loads(path.read_text())
-    return result if result.get("identity") == run_identity(study, run) else None
+def result_of(out: Path, study: Study, run: StudyRun) -> dict[str, Any] | None:
+    """A run's current result (:func:`collapse_bench.engine.read_result` at the run's identity)."""
+    return read_result(out, run.key, run_identity(study, run))
 
 
 # --------------------------------------------------------------------------------------------- the base
@@ -390,33 +349,29 @@ EXECUTORS = {"sampled": execute_sampled, "point": execute_sampled, "exact": exec
 
 def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
     """One run from scratch, ``result.json`` written last (in a worker process; console output in its log)."""
-    out = Path(out_dir)
-    directory = out / "runs" / run.key
-    log = out / "logs" / f"{run.key}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-        try:
-            if directory.exists():
-                shutil.rmtree(directory)  # an unfinished run starts over
-            directory.mkdir(parents=True)
-            t0 = time.perf_counter()
-            body = EXECUTORS[study.arm(run.arm).kind](study, out, run, base)
-            steps = body["path"][-1]["step"]
-            result = {
-                "run": asdict(run), "identity": run_identity(study, run), "commit": worker_code(), **body,
-                "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
-                "reached_stop_mu": reached_mu(body["path"], study.convergence),
-                "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
-                "wall_seconds": time.perf_counter() - t0,
-            }  # fmt: skip
-            for leftover in directory.iterdir():  # the study keeps its measurements, not the trained weights
-                if leftover.name != RESULT:
-                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-            write_json(directory / RESULT, result)
-            return result
-        except Exception as e:
-            traceback.print_exc()
-            raise RuntimeError(f"{run.key}: {type(e).__name__}: {e} (log: {log})") from None
+    return logged(Path(out_dir), run.key, _execute, study, Path(out_dir), run, base)
+
+
+def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    directory = run_dir(out, run.key)
+    if directory.exists():
+        shutil.rmtree(directory)  # an unfinished run starts over
+    directory.mkdir(parents=True)
+    t0 = time.perf_counter()
+    body = EXECUTORS[study.arm(run.arm).kind](study, out, run, base)
+    steps = body["path"][-1]["step"]
+    result = {
+        "run": asdict(run), "identity": run_identity(study, run), "commit": worker_code(), **body,
+        "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
+        "reached_stop_mu": reached_mu(body["path"], study.convergence),
+        "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
+        "wall_seconds": time.perf_counter() - t0,
+    }  # fmt: skip
+    for leftover in directory.iterdir():  # the study keeps its measurements, not the trained weights
+        if leftover.name != RESULT:
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    write_json(directory / RESULT, result)
+    return result
 
 
 # --------------------------------------------------------------------------------------------- all runs
@@ -427,51 +382,37 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     trained. A failed run is reported in one line with its log and the others go on; the exit is then non-zero."""
     from tqdm.auto import tqdm
 
-    if fresh:
-        clear_directory(out)
-    out.mkdir(parents=True, exist_ok=True)
-    state_path = out / STATE
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {"config": asdict(study), "commits": []}
-    commit = code_commit()
-    if commit not in state["commits"]:
-        state["commits"].append(commit)
-    state["config"] = asdict(study)
-    write_json(state_path, state)
+    open_state(out, STATE, asdict(study), fresh)
+    t_start = time.time()
     base = measure_base(study, out)
     # seed by seed: every arm's first seed finishes before any arm's second, so a study cut short is balanced
     todo = runs_to_do(study, out)
     failures: list[str] = []
-    t0 = time.time()
-    with tqdm(total=len(todo), desc="beta study", disable=not progress) as bar, ProcessPoolExecutor(
-        max_workers=study.workers, mp_context=get_context("spawn"), initializer=init_worker,
-        initargs=(study.threads,),
-    ) as pool:  # fmt: skip
-        waiting, pending, finished = list(todo), {}, set()
+    finished: set[StudyRun] = set()
+    failed: set[StudyRun] = set()
+    bar = tqdm(total=len(todo), desc="beta study", disable=not progress)
 
-        def submit_ready() -> None:  # a warm-started run waits for the run it starts from
-            for r in [r for r in waiting if (before := predecessor(study, r)) is None or before not in todo
-                      or before in finished]:  # fmt: skip
-                waiting.remove(r)
-                pending[pool.submit(execute, study, str(out), r, base)] = r
+    def ready() -> list[StudyRun]:  # a warm-started run waits for the run it starts from
+        return [r for r in todo if r not in finished and ((before := predecessor(study, r)) is None
+                                                          or before not in todo or before in finished)]  # fmt: skip
 
-        submit_ready()
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                run = pending.pop(fut)
-                try:
-                    fut.result()
-                    finished.add(run)
-                except Exception as e:  # noqa: BLE001 - one line per failed run, the others go on
-                    failures.append(str(e))
-                    print(f"failed: {e}", flush=True)
-                bar.update(1)
-            submit_ready()
-        failures += [f"{r.key}: not run, the run it starts from did not finish" for r in waiting]
-    state = json.loads(state_path.read_text())
-    state.setdefault("invocations", []).append(time.time() - t0)
-    state["failures"] = failures
-    write_json(state_path, state)
+    def done(run: StudyRun, failure: str | None) -> None:
+        record_run(out, STATE, run.key, failure, t_start)
+        if failure is None:
+            finished.add(run)
+        else:
+            failed.add(run)
+            failures.append(failure)
+            print(f"failed: {failure}", flush=True)
+        bar.update(1)
+
+    def task(run: StudyRun) -> tuple[Any, tuple[Any, ...]]:
+        return execute, (study, str(out), run, base)
+
+    run_pool(study.workers, study.threads, task, ready, done)
+    bar.close()
+    failures += [f"{r.key}: not run, the run it starts from did not finish" for r in todo
+                 if r not in finished and r not in failed]  # fmt: skip
     if failures:
         raise RuntimeError(f"{len(failures)} run(s) failed; first: {failures[0]}")
     return len(todo)
@@ -482,7 +423,7 @@ def runs_to_do(study: Study, out: Path) -> list[StudyRun]:
     a study cut short is balanced), and the anneal runs whose end weights the next β needs but which are gone (a
     fresh clone holds the results, not the weights): they run again."""
     runs = study_runs(study)
-    todo = {r for r in runs if read_result(out, study, r) is None}
+    todo = {r for r in runs if result_of(out, study, r) is None}
     for r in sorted(todo, key=lambda r: runs.index(r), reverse=True):
         before = predecessor(study, r)
         while before is not None and before not in todo and not weights_path(out, before).is_file():

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import aggregate
+from collapse_bench.engine import study_lock
 from collapse_bench.report import write_report
-from collapse_bench.runs import STATE, benchmark_lock, run_benchmark
+from collapse_bench.runs import STATE, run_benchmark
 from collapse_bench.spec import Benchmark, load_benchmark
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "rlvr-div collapse " + " ".join(sys.argv[2:] if argv is None else argv)
     if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no collapse benchmark to report on")
-    with benchmark_lock(out):  # one writer per directory, for the runs and the report
+    with study_lock(out, "collapse benchmark"):  # one writer per directory, for the runs and the report
         if not args.report_only:
             run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
         path = report(bench, out, command.strip())

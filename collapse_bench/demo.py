@@ -70,7 +70,8 @@ def _demote(lines: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div demo``."""
     from collapse_bench.cli import report
-    from collapse_bench.runs import benchmark_lock, run_benchmark
+    from collapse_bench.engine import study_lock
+    from collapse_bench.runs import run_benchmark
     from collapse_bench.spec import load_benchmark
 
     args = build_parser().parse_args(argv)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = tiny_spec(bench.model)
     if spec is not None:
         print(f"tiny base model: {tiny_model_path(spec, progress=not args.quiet)}", flush=True)
-    with benchmark_lock(out):  # one writer per directory, for the runs and the report
+    with study_lock(out, "collapse benchmark"):  # one writer per directory, for the runs and the report
         run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
         tables = report(bench, out, command.strip())
         seconds = time.perf_counter() - t0

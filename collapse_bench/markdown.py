@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
+def num(x: float | None, digits: int = 3) -> str:
+    """A number at ``digits``; '—' for none, '∞' for an infinite one."""
+    return "—" if x is None else "∞" if isinstance(x, float) and math.isinf(x) else f"{x:.{digits}f}"
+
+
 def pm(ci: dict[str, Any] | None, digits: int = 3) -> str:
-    """'mean ± half-width' of an interval (``mean_ci``'s dict); the mean alone without a half-width; '—' if empty."""
+    """'mean ± half-width' of an interval (``mean_ci``'s dict); the mean alone without a finite half-width (one
+    seed); '—' if empty."""
     if not ci or ci.get("mean") is None:
         return "—"
-    if ci.get("half") is None:
+    if ci.get("half") is None or not math.isfinite(ci["half"]):
         return f"{ci['mean']:.{digits}f}"
     return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
 

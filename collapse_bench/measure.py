@@ -9,7 +9,9 @@ correct answers and correct-answer entropy of the samples; the p* columns are th
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,3 +371,27 @@ def sampled_summary(
         "problems": metrics["problems"],
     }
     return {"mean": mean, "per_prompt": {}}
+
+
+def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
+    """Steps trained, the mean reward (the rollouts' validity) over the first and the last ``window`` logged rewards
+    (steps that sampled), and the first step at which their running mean over ``window`` reached 0.9 (None if
+    never)."""
+    rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+    logged = [r for r in rows if "reward" in r]
+    rewards = [r["reward"] for r in logged]
+    reached = next(
+        (
+            logged[i]["step"]
+            for i in range(window - 1, len(rewards))
+            if statistics.mean(rewards[i - window + 1 : i + 1]) >= 0.9
+        ),
+        None,
+    )
+    return {
+        "steps": max((r["step"] for r in rows), default=0),  # with num_iterations > 1 not every step samples
+        "reward_first": statistics.mean(rewards[:window]) if rewards else None,
+        "reward_last": statistics.mean(rewards[-window:]) if rewards else None,
+        "step_reached_0.9": reached,
+        "seconds": sum(r.get("step_time", 0.0) for r in rows),
+    }

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study, load_study, study_runs
-from collapse_bench.beta_study import BASE, read_result
+from collapse_bench.beta_study import BASE, result_of
+from collapse_bench.markdown import pm as _pm
 from collapse_bench.per_prompt import matched_with_prompts
 from collapse_bench.stats import holm, mean_ci
 from eval.records import write_json
@@ -52,7 +52,7 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
                               "pass_at_kmax": m["pass_at"][kmax], "prompts": m["problems"]}  # fmt: skip
     cells: dict[str, list[dict[str, Any]]] = {}
     for run in study_runs(study):
-        result = read_result(out, study, run)
+        result = result_of(out, study, run)
         name = run.arm if run.beta is None else f"{run.arm} β={run.beta:g}"
         if result is None:
             agg["missing"].append(run.key)
@@ -101,14 +101,6 @@ def primary(study: Study, agg: dict[str, Any]) -> dict[str, Any]:
         lv |= {"holm": survives[i], "supported": bool(sign_ok and excludes and survives[i])}
     entry["levels"] = levels
     return entry
-
-
-def _pm(ci: dict[str, Any], digits: int = 3) -> str:
-    if ci.get("mean") is None:
-        return "–"
-    if ci.get("half") is None or not math.isfinite(ci["half"]):
-        return f"{ci['mean']:.{digits}f}"
-    return f"{ci['mean']:.{digits}f} ± {ci['half']:.{digits}f}"
 
 
 def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:

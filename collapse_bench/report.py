@@ -17,14 +17,12 @@ from collapse_bench.comparison_tables import (
     versus_base_table,
 )
 from collapse_bench.markdown import marks as _marks
+from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
+from collapse_bench.plotting import error_bar, error_bars
 from collapse_bench.stats import paired_difference
 from rlvr_div.calibration import mean_validity_at
-
-
-def _num(x: float | None, digits: int = 3) -> str:
-    return "—" if x is None else "∞" if isinstance(x, float) and math.isinf(x) else f"{x:.{digits}f}"
 
 
 def multi_answer(entry: dict[str, Any], split: str) -> bool:
@@ -168,19 +166,6 @@ def sweep_verdict(sweep: dict[str, Any], split: str) -> list[str]:
 MARKERS = "osD^vP<X>p*h"
 
 
-def _bar(ci: dict[str, Any], lo: float, hi: float) -> list[list[float]]:
-    """An asymmetric error bar for ``errorbar``: the t-interval clipped to the quantity's range [lo, hi] (with 2 seeds
-    the interval is ±12.7 sd and would leave it)."""
-    m, h = ci["mean"], ci.get("half") or 0.0
-    return [[m - max(lo, m - h)], [min(hi, m + h) - m]]
-
-
-def _bars(cis: list[dict[str, Any]], lo: float, hi: float) -> list[list[float]]:
-    """:func:`_bar` for a series."""
-    bars = [_bar(ci, lo, hi) for ci in cis]
-    return [[b[0][0] for b in bars], [b[1][0] for b in bars]]
-
-
 def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base_mu: list[float] | None) -> list[Path]:
     import matplotlib
 
@@ -209,8 +194,8 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
                 ax.errorbar(
                     x["mean"],
                     y["mean"],
-                    xerr=_bar(x, 0, 1),
-                    yerr=_bar(y, 0, 1),
+                    xerr=error_bar(x, 0, 1),
+                    yerr=error_bar(y, 0, 1),
                     fmt=MARKERS[i % len(MARKERS)],
                     ms=6,
                     capsize=3,
@@ -235,8 +220,8 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
                 if "splits" not in m or m["splits"]["train"].get("mu", {}).get("mean") is None:
                     continue
                 s = m["splits"]["train"]
-                ax.errorbar(s["mu"]["mean"], s["effective_answers"]["mean"], xerr=_bar(s["mu"], 0, 1),
-                            yerr=_bar(s["effective_answers"], 1, math.inf),
+                ax.errorbar(s["mu"]["mean"], s["effective_answers"]["mean"], xerr=error_bar(s["mu"], 0, 1),
+                            yerr=error_bar(s["effective_answers"], 1, math.inf),
                             fmt=MARKERS[i % len(MARKERS)], capsize=3, color=plt.cm.tab20(i % 20),
                             label=f"{m['label']} ({len(m['seeds'])} seeds)")  # fmt: skip
             for j, path in enumerate(p for p in (entry.get("baseline_paths") or {}).values() if p):
@@ -275,12 +260,13 @@ def _sweep_plot(
             continue
         xs = [p[0] for p in pts]
         for ax, key, lo, hi in ((axes[0], "mu", 0, 1), (axes[1], "effective_answers", 1, math.inf)):
-            ax.errorbar(xs, [p[1][key]["mean"] for p in pts], yerr=_bars([p[1][key] for p in pts], lo, hi),
+            ax.errorbar(xs, [p[1][key]["mean"] for p in pts], yerr=error_bars([p[1][key] for p in pts], lo, hi),
                         fmt="o-", capsize=3, color=color, label=method)  # fmt: skip
         ratio = [{k: (v / base_eff if isinstance(v, float) and k in ("mean", "half") else v)
                   for k, v in p[1]["effective_answers"].items()} for p in pts]  # fmt: skip
         axes[2].errorbar([p[1]["mu"]["mean"] for p in pts], [r["mean"] for r in ratio],
-                         xerr=_bars([p[1]["mu"] for p in pts], 0, 1), yerr=_bars(ratio, 1 / base_eff, math.inf),
+                         xerr=error_bars([p[1]["mu"] for p in pts], 0, 1),
+                         yerr=error_bars(ratio, 1 / base_eff, math.inf),
                          fmt="o-", capsize=3, color=color, label=f"tiny Llama, {method}")  # fmt: skip
     for j, (method, point) in enumerate(sweep.get("points", {}).items()):
         t = point["splits"]["train"]
@@ -290,7 +276,8 @@ def _sweep_plot(
             "mean": t["effective_answers"]["mean"] / base_eff,
             "half": (t["effective_answers"].get("half") or 0) / base_eff,
         }
-        axes[2].errorbar(t["mu"]["mean"], eff["mean"], xerr=_bar(t["mu"], 0, 1), yerr=_bar(eff, 1 / base_eff, math.inf),
+        axes[2].errorbar(t["mu"]["mean"], eff["mean"], xerr=error_bar(t["mu"], 0, 1),
+                         yerr=error_bar(eff, 1 / base_eff, math.inf),
                          fmt="D", ms=8, capsize=3,
                          color=plt.cm.Dark2(j), label=f"tiny Llama, {method} (no β)")  # fmt: skip
     if base_mu:

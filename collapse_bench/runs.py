@@ -20,20 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import subprocess
-import threading
 import time
-import traceback
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict
-from multiprocessing import get_context
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
+from collapse_bench.engine import (
+    RESULT,
+    logged,
+    open_state,
+    read_result,
+    record_run,
+    run_dir,
+    run_pool,
+    study_lock,
+    worker_code,
+)
 from collapse_bench.measure import (
     exact_trajectory,
     has_classes,
@@ -43,78 +46,25 @@ from collapse_bench.measure import (
     split_rows,
     summarise,
     task_structure,
+    training_summary,
     trajectory_point,
     valid_sets,
 )
 from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import clear_directory
 
 STATE = "benchmark.json"
-RESULT = "result.json"
 SELECTION = "selection.json"
 
 
-# what a run's outcome depends on in the checkout: the code, the recipes and the benchmark configs, not the results
-# that benchmarks write into it (bench/results/ is committed, so writing there must not mark the code dirty)
-CODE_PATHS = ("rlvr_div", "eval", "collapse_bench", "recipes", "bench", ":(exclude)bench/results", "pyproject.toml")
-
-
-def code_commit(root: Path | None = None) -> str:
-    """The git commit of the code in ``root`` (default: this checkout), ``+dirty`` when a tracked file under
-    :data:`CODE_PATHS` differs from it; ``unknown`` outside a checkout."""
-    root = Path(__file__).resolve().parents[1] if root is None else root
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS],
-                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
-def run_dir(out: Path, run: Run) -> Path:
-    return out / "runs" / run.key
-
-
-def read_result(out: Path, run: Run, bench: Benchmark | None = None) -> dict[str, Any] | None:
-    """A run's ``result.json``; with ``bench``, None also when the run's settings or recipe changed since (it is
-    then trained again)."""
-    path = run_dir(out, run) / RESULT
-    if not path.is_file():
-        return None
-    result = json.loads(path.read_text())
-    if bench is not None and result.get("identity") != run_identity(bench, run):
-        return None
-    return result
+def result_of(out: Path, bench: Benchmark, run: Run) -> dict[str, Any] | None:
+    """A run's current result (:func:`collapse_bench.engine.read_result` at the run's identity)."""
+    return read_result(out, run.key, run_identity(bench, run))
 
 
 def _rehearsal(out: Path, run: Run) -> Path:
     return out / "rehearsal" / run.task
-
-
-def check_state(out: Path, bench: Benchmark, fresh: bool) -> dict[str, Any]:
-    """Start or resume: a directory holding another configuration is refused (one line) unless ``fresh``."""
-    if fresh:
-        clear_directory(out)
-    path = out / STATE
-    commit = code_commit()
-    if path.is_file():
-        state = json.loads(path.read_text())
-        if state.get("fingerprint") != bench.fingerprint():
-            raise ConfigError(
-                f"{out} holds a collapse benchmark with other evaluation settings or base model; pass --fresh or "
-                "another --out"
-            )
-        if commit not in state["commits"]:
-            state["commits"].append(commit)
-    else:
-        state = {"fingerprint": bench.fingerprint(), "config": asdict(bench), "commits": [commit]}
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(path, state)
-    return state
 
 
 # --------------------------------------------------------------------------------------------- stages
@@ -159,19 +109,6 @@ def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
     return bases
 
 
-def _record(out: Path, run: Run, failure: str | None, t_start: float) -> None:
-    """After each finished run: this invocation's wall time so far, and the run's failure (or its clearing) in
-    ``benchmark.json`` (failures survive into ``--report-only`` until the run succeeds)."""
-    state = json.loads((out / STATE).read_text())
-    state["invocations"][-1] = time.time() - t_start
-    failed = state.setdefault("failures", {})
-    if failure is None:
-        failed.pop(run.key, None)
-    else:
-        failed[run.key] = failure
-    write_json(out / STATE, state)
-
-
 def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
     """The DPH-RL offline stage for every task that a rehearsal method runs on (resumable: ``rlvr-div rehearse``)."""
     from rlvr_div.rehearsal import main as rehearse
@@ -204,55 +141,6 @@ def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
 # --------------------------------------------------------------------------------------------- one run
 
 
-_WORKER_CODE = "unknown"
-
-
-def init_worker(threads: int) -> None:
-    """A study's worker process (the benchmark's and the β study's): its threads, the code state it imported
-    (:func:`worker_code`, recorded in each of its results: the checkout may move on while a study runs), and a
-    watch that ends it when the process that started it is gone (a study killed with SIGTERM or SIGKILL would
-    otherwise leave its worker training beside whatever runs next)."""
-    import torch
-
-    global _WORKER_CODE
-    _WORKER_CODE = code_commit()
-    torch.set_num_threads(threads)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-
-
-def worker_code() -> str:
-    """The code state this worker process imported (:func:`init_worker`; "unknown" outside a worker)."""
-    return _WORKER_CODE
-
-
-def _exit_with_parent(parent: int, every: float = 2.0) -> None:
-    """End this process as soon as its parent ``parent`` is gone (it is then re-parented)."""
-    while os.getppid() == parent:
-        time.sleep(every)
-    os._exit(1)
-
-
-def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
-    """Steps trained, the mean reward (the rollouts' validity) over the first and the last ``window`` logged rewards
-    (steps that sampled), and the first step at which their running mean over ``window`` reached 0.9 (None if
-    never)."""
-    rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
-    logged = [r for r in rows if "reward" in r]
-    rewards = [r["reward"] for r in logged]
-    reached = next(
-        (logged[i]["step"] for i in range(window - 1, len(rewards)) if mean(rewards[i - window + 1 : i + 1]) >= 0.9),
-        None,
-    )
-    return {
-        "steps": max((r["step"] for r in rows), default=0),  # with num_iterations > 1 not every step samples
-        "reward_first": mean(rewards[:window]) if rewards else None,
-        "reward_last": mean(rewards[-window:]) if rewards else None,
-        "step_reached_0.9": reached,
-        "seconds": sum(r.get("step_time", 0.0) for r in rows),
-    }
-
-
 def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> dict[str, Any]:
     """Train one run from scratch, measure it on every split, write ``result.json`` last (in a worker process)."""
     import logging
@@ -262,7 +150,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
 
     logging.getLogger().setLevel(logging.WARNING)
     root = Path(out)
-    directory = run_dir(root, run)
+    directory = run_dir(root, run.key)
     if directory.exists():
         shutil.rmtree(directory)  # an unfinished run: start over (a run is the unit of resumption)
     directory.mkdir(parents=True)
@@ -323,21 +211,9 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     return result
 
 
-def log_path(out: Path, run: Run) -> Path:
-    """Where a run's console output goes (``logs/<task>/<method>/<value>/seed<s>.log``)."""
-    return out / "logs" / f"{run.key}.log"
-
-
 def _execute(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> dict[str, Any]:
     """``execute_run`` with its console output (progress bars, warnings) in the run's log file."""
-    log = log_path(Path(out), run)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-        try:
-            return execute_run(bench, out, run, base)
-        except Exception as e:  # reported by the parent, with the run's name and its log
-            traceback.print_exc()
-            raise RuntimeError(f"{run.key}: {type(e).__name__}: {e} (log: {log})") from None
+    return logged(Path(out), run.key, execute_run, bench, out, run, base)
 
 
 # --------------------------------------------------------------------------------------------- the whole grid
@@ -350,7 +226,7 @@ def select(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     kmax = max(bench.evaluation.ks)
     scores = []
     for value in m.tune[m.tune_key]:
-        result = read_result(out, Run(task, method, value, bench.tune_seed), bench)
+        result = result_of(out, bench, Run(task, method, value, bench.tune_seed))
         if result is None:
             raise RuntimeError(f"{task}/{method}: the tuning run at {value} has not finished")
         scores.append((selection_score(result["splits"][bench.evaluation.select_on]["mean"], kmax), value))
@@ -358,34 +234,20 @@ def select(bench: Benchmark, out: Path, task: str, method: str) -> Any:
     return best[1], scores
 
 
-@contextlib.contextmanager
-def benchmark_lock(out: Path, what: str = "collapse benchmark") -> Iterator[None]:
-    """Hold ``out``'s directory lock (:func:`rlvr_div.run_lock.directory_lock`: ``.<name>.lock`` beside it, outside
-    it so ``--fresh`` cannot delete it) while this process writes a study there: a second one on the same directory
-    fails in one line naming the holder's PID instead of interleaving its runs and reports with the first."""
-    from rlvr_div.run_lock import directory_lock
-
-    with directory_lock(out, what, "--out"):
-        yield
-
-
 def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bool = True,
                   max_runs: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every stage, skipping what is finished, holding :func:`benchmark_lock`. ``max_runs``: stop after starting
+    """Every stage, skipping what is finished, holding the directory's lock. ``max_runs``: stop after starting
     that many runs (for tests of interruption). Returns the selections, the failures, whether it stopped early, and
     the number of runs the grid holds once every selection is made (the progress bar's total)."""
-    with benchmark_lock(out):
+    with study_lock(out, "collapse benchmark"):
         return _run_stages(bench, out, fresh, progress, max_runs)
 
 
 def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_runs: int | None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
-    check_state(out, bench, fresh)
+    open_state(out, STATE, asdict(bench), fresh, bench.fingerprint(), "collapse benchmark")
     t_start = time.time()
-    state = json.loads((out / STATE).read_text())
-    state.setdefault("invocations", []).append(0.0)
-    write_json(out / STATE, state)
     print(f"collapse benchmark in {out}: measuring the base model", flush=True)
     bases = measure_base(bench, out)
     if any(m.rehearsal for m in bench.methods):
@@ -412,13 +274,12 @@ def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_ru
             phase = 3
         return order[run.task], phase, run.seed
 
-    todo = [r for r in fixed + tuning if read_result(out, r, bench) is None]
-    stale = [r for r in todo if (run_dir(out, r) / RESULT).is_file()]
+    todo = [r for r in fixed + tuning if result_of(out, bench, r) is None]
+    stale = [r for r in todo if (run_dir(out, r.key) / RESULT).is_file()]
     if stale:
         print(f"{len(stale)} finished runs have other settings or recipes now; they are trained again", flush=True)
     bar = tqdm(total=total, initial=total - len(todo) - len(bench.seeds) * len(tuned_groups),
                desc="collapse runs", disable=not progress, mininterval=2.0, dynamic_ncols=True)  # fmt: skip
-    started = 0
     failures: list[str] = []
 
     def followups() -> list[Run]:
@@ -430,7 +291,7 @@ def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_ru
                 continue
             m = bench.method(method)
             firsts = [Run(task, method, v, bench.tune_seed) for v in m.tune[m.tune_key]]
-            if all(read_result(out, r, bench) is not None for r in firsts):
+            if all(result_of(out, bench, r) is not None for r in firsts):
                 value, scores = select(bench, out, task, method)
                 selections[key] = {"value": value, "scores": [[v, s] for s, v in scores]}
                 write_json(out / SELECTION, selections)
@@ -440,39 +301,26 @@ def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_ru
                         bar.total -= 1
                         bar.refresh()
                         continue
-                    if read_result(out, run, bench) is None:
+                    if result_of(out, bench, run) is None:
                         new.append(run)
                     else:
                         bar.update(1)
         return new
 
-    todo = sorted(todo + followups(), key=priority)
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(bench.workers, mp_context=ctx, initializer=init_worker, initargs=(bench.threads,),
-                             max_tasks_per_child=20) as pool:  # fmt: skip
-        running: dict[Future, Run] = {}
-        try:
-            while todo or running:
-                while todo and len(running) < bench.workers and (max_runs is None or started < max_runs):
-                    run = todo.pop(0)
-                    running[pool.submit(_execute, bench, str(out), run, bases.get(run.task, {}))] = run
-                    started += 1
-                if not running:
-                    break
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    run = running.pop(fut)
-                    try:
-                        fut.result()
-                        _record(out, run, None, t_start)
-                    except Exception as e:  # keep going; the report lists failed runs
-                        failures.append(str(e).splitlines()[0])
-                        _record(out, run, failures[-1], t_start)
-                        print(f"\nrun failed: {e}", flush=True)
-                    bar.update(1)
-                todo = sorted(todo + followups(), key=priority)
-        except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    def ready() -> list[Run]:  # every listed run may start at once; tuned methods' seeds join once selected
+        todo.extend(followups())
+        return sorted(todo, key=priority)
+
+    def done(run: Run, failure: str | None) -> None:  # the report lists failed runs
+        record_run(out, STATE, run.key, failure, t_start)
+        if failure is not None:
+            failures.append(failure)
+            print(f"\nrun failed: {failure}", flush=True)
+        bar.update(1)
+
+    def task(run: Run) -> tuple[Any, tuple[Any, ...]]:
+        return _execute, (bench, str(out), run, bases.get(run.task, {}))
+
+    started = run_pool(bench.workers, bench.threads, task, ready, done, max_runs, max_tasks_per_child=20)
     bar.close()
-    return {"selections": selections, "failures": failures, "stopped_early": bool(todo), "runs": bar.total}
+    return {"selections": selections, "failures": failures, "stopped_early": started < len(todo), "runs": bar.total}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collapse_bench.beta_spec import Convergence, StudyRun, load_study, study_runs
-from collapse_bench.beta_study import plateau_step, reached_mu, read_result, study_rows
+from collapse_bench.beta_study import plateau_step, reached_mu, result_of, study_rows
 from collapse_bench.spec import recipe_argv
 from rlvr_div.errors import ConfigError
 
@@ -208,7 +208,7 @@ def test_the_annealed_arm_warm_starts_each_beta_and_reports_its_distance_to_the_
     assert predecessor(study, StudyRun("anneal", 1.0, 2)) is None
     out = tmp_path / "out"
     assert run_study(study, out, progress=False) == 4
-    result = {(r.beta, r.seed): read_result(out, study, r) for r in runs}
+    result = {(r.beta, r.seed): result_of(out, study, r) for r in runs}
     # each β after the first starts where the β before ended (the same weights measured the same way)
     for seed in (1, 2):
         assert result[0.1, seed]["path"][0]["mu"] == pytest.approx(result[1.0, seed]["path"][-1]["mu"], rel=1e-12)
@@ -228,7 +228,7 @@ def test_the_annealed_arm_warm_starts_each_beta_and_reports_its_distance_to_the_
     weights_path(out, StudyRun("anneal", 1.0, 1)).unlink()
     assert runs_to_do(study, out) == [StudyRun("anneal", 1.0, 1), StudyRun("anneal", 0.1, 1)]
     assert run_study(study, out, progress=False) == 2
-    again = read_result(out, study, StudyRun("anneal", 0.1, 1))
+    again = result_of(out, study, StudyRun("anneal", 0.1, 1))
     assert again["path"][-1]["objective"] == pytest.approx(result[0.1, 1]["path"][-1]["objective"], rel=1e-9)
 
 
@@ -238,7 +238,7 @@ def test_the_committed_beta_study_keeps_its_identity():
     study = load_study(ROOT / "bench" / "beta.yaml")
     out = ROOT / "bench" / "results" / "beta"
     runs = study_runs(study)
-    assert runs and all(read_result(out, study, r) is not None for r in runs)
+    assert runs and all(result_of(out, study, r) is not None for r in runs)
 
 
 def test_the_real_lm_study_config_reads():
@@ -257,7 +257,7 @@ def test_lists_go_to_the_training_command_as_separate_values():
 def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_path):
     """collapse_bench.real_lm_report from hand-made results: end numbers over seeds and the matched-validity
     differences read off the two paths of each seed."""
-    from collapse_bench.beta_study import run_identity
+    from collapse_bench.beta_spec import run_identity
     from collapse_bench.real_lm_report import aggregate, report
     from eval.records import write_json
 
@@ -393,7 +393,7 @@ def test_matched_validity_with_prompt_sampling():
 
 
 def test_the_real_lm_report_computes_the_declared_primary_comparison(tmp_path):
-    from collapse_bench.beta_study import run_identity
+    from collapse_bench.beta_spec import run_identity
     from collapse_bench.real_lm_report import aggregate, report
     from eval.records import write_json
 
@@ -430,7 +430,7 @@ def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):
     ) + ("prompts: {train: 3, test: 2}\npath_dense: {above_mu: 0.0, every: 2}\npath_per_prompt: true\n")
     study = load_study(_write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]")))
     assert run_study(study, tmp_path / "out", progress=False) == 1
-    path = read_result(tmp_path / "out", study, StudyRun("grpo", None, 1))["path"]
+    path = result_of(tmp_path / "out", study, StudyRun("grpo", None, 1))["path"]
     assert [p["step"] for p in path] == [0, 2, 3, 4]
     for p in path:
         assert len(p["per_prompt"]["mu"]) == 3

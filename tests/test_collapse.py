@@ -8,7 +8,8 @@ import pytest
 
 from collapse_bench.aggregate import code_states
 from collapse_bench.cli import main as collapse_main
-from collapse_bench.runs import RESULT, read_result, run_benchmark, run_dir
+from collapse_bench.engine import RESULT, run_dir
+from collapse_bench.runs import result_of, run_benchmark
 from collapse_bench.spec import Run, grid_runs, load_benchmark, run_argv
 from rlvr_div.errors import ConfigError
 
@@ -64,7 +65,7 @@ def test_a_run_records_its_exact_path_from_the_base_to_its_end(tmp_path):
     }
     bench = load_benchmark(SMOKE, only_grpo)
     run_benchmark(bench, tmp_path, progress=False)
-    result = json.loads((run_dir(tmp_path, Run("pairsum", "grpo", None, 1)) / RESULT).read_text())
+    result = json.loads((run_dir(tmp_path, Run("pairsum", "grpo", None, 1).key) / RESULT).read_text())
     path = result["trajectory"]
     assert [p["step"] for p in path] == [0, 1, 2]
     base = json.loads((tmp_path / "base" / "pairsum.json").read_text())["splits"]["train"]["summary"]["mean"]
@@ -78,9 +79,9 @@ def test_a_run_records_its_exact_path_from_the_base_to_its_end(tmp_path):
     # its path off); the path asked for is part of a run's identity, so the finished run is not reused
     task = {"name": "pairsum", "task": "pairsum", "task_options": {"max_target": 25}, "trajectory_every": 0}
     plain = load_benchmark(SMOKE, {**only_grpo, "tasks": [task]})
-    assert read_result(tmp_path, Run("pairsum", "grpo", None, 1), plain) is None
+    assert result_of(tmp_path, plain, Run("pairsum", "grpo", None, 1)) is None
     run_benchmark(plain, tmp_path / "plain", progress=False)
-    other = json.loads((run_dir(tmp_path / "plain", Run("pairsum", "grpo", None, 1)) / RESULT).read_text())
+    other = json.loads((run_dir(tmp_path / "plain", Run("pairsum", "grpo", None, 1).key) / RESULT).read_text())
     assert other["trajectory"] == [] and other["fingerprint"] == result["fingerprint"]
 
 
@@ -126,14 +127,18 @@ def test_bad_configs_fail_in_one_line_before_anything_runs(tmp_path, edit, messa
 
 def test_a_directory_of_another_configuration_is_refused(tmp_path, no_model_loads):
     bench = load_benchmark(SMOKE)
-    from collapse_bench.runs import check_state
+    from collapse_bench.engine import open_state
+    from collapse_bench.runs import STATE
 
-    check_state(tmp_path, bench, fresh=False)
-    check_state(tmp_path, load_benchmark(SMOKE, {"seeds": [5, 6]}), fresh=False)  # more runs: fine
+    def check_state(b) -> None:  # what the benchmark does first
+        open_state(tmp_path, STATE, {}, False, b.fingerprint(), "collapse benchmark")
+
+    check_state(bench)
+    check_state(load_benchmark(SMOKE, {"seeds": [5, 6]}))  # more runs: fine
     other = load_benchmark(SMOKE, {"evaluation": {"ks": [1, 2]}})  # other measurements: refused
-    with pytest.raises(ConfigError, match="other evaluation settings or base model; pass --fresh"):
-        check_state(tmp_path, other, fresh=False)
-    assert run_dir(tmp_path, Run("pairsum", "grpo", None, 0)).name == "seed0"
+    with pytest.raises(ConfigError, match="holds a collapse benchmark with other settings or base model; pass --fresh"):
+        check_state(other)
+    assert run_dir(tmp_path, Run("pairsum", "grpo", None, 0).key).name == "seed0"
 
 
 def test_a_task_may_set_its_own_path_interval(no_model_loads):
@@ -148,11 +153,12 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     import subprocess
     import sys
 
-    from collapse_bench.runs import benchmark_lock
+    from collapse_bench.engine import study_lock
 
     out = tmp_path / "out"
-    code = "import sys, time\nfrom pathlib import Path\nfrom collapse_bench.runs import benchmark_lock\n" \
-        "with benchmark_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
+    code = "import sys, time\nfrom pathlib import Path\nfrom collapse_bench.engine import study_lock\n" \
+        "with study_lock(Path(sys.argv[1]), 'collapse benchmark'):\n" \
+        "    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -165,7 +171,8 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     finally:
         holder.kill()
         holder.wait()
-    with benchmark_lock(out), benchmark_lock(out):  # free again, and re-entrant within one process
+    lock = "collapse benchmark"
+    with study_lock(out, lock), study_lock(out, lock):  # free again, and re-entrant within one process
         pass
     (tmp_path / "a_file").write_text("")  # a lock that cannot be made is one line too
     with pytest.raises(ConfigError, match="cannot create the lock .* beside --out"):
@@ -194,7 +201,7 @@ def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):
 def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
     import subprocess
 
-    from collapse_bench.runs import code_commit
+    from collapse_bench.engine import code_commit
 
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,

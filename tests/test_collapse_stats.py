@@ -86,8 +86,8 @@ def test_matched_validity_pairs_each_seed_with_its_own_baseline_path():
 def test_inert_grid_values_are_the_ones_with_identical_trained_weights(tmp_path):
     """Tuning runs whose models hash the same are grouped (values that change nothing), and the report says so."""
     from collapse_bench.aggregate import inert_values
+    from collapse_bench.engine import RESULT, run_dir
     from collapse_bench.report import inert_lines
-    from collapse_bench.runs import RESULT, run_dir
     from collapse_bench.spec import Run, load_benchmark, run_identity
 
     smoke = Path(__file__).resolve().parent / "fixtures" / "collapse_smoke.yaml"
@@ -100,7 +100,7 @@ def test_inert_grid_values_are_the_ones_with_identical_trained_weights(tmp_path)
     fingerprints = {0.3: "sha256:aaa", 0.1: "sha256:bbb", 0.01: "sha256:aaa"}
     for value, fingerprint in fingerprints.items():
         run = Run("pairsum", "grpo_reverse_kl", value, bench.tune_seed)
-        directory = run_dir(tmp_path / "out", run)
+        directory = run_dir(tmp_path / "out", run.key)
         directory.mkdir(parents=True)
         result = {"identity": run_identity(bench, run), "fingerprint": fingerprint}
         (directory / RESULT).write_text(json.dumps(result))

@@ -1,4 +1,4 @@
-"""A study's worker processes (collapse_bench.runs.init_worker) end when the study that started them is killed: a
+"""A study's worker processes (collapse_bench.engine.init_worker) end when the study that started them is killed: a
 killed `rlvr-div beta-study` or `rlvr-div collapse` leaves no worker training beside whatever runs next."""
 
 import os
@@ -13,7 +13,7 @@ STUDY = """
 import os, sys, time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from collapse_bench.runs import init_worker
+from collapse_bench.engine import init_worker
 
 def work(path):
     open(path, "w").write(str(os.getpid()))
