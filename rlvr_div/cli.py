@@ -2,8 +2,9 @@
 
 Each subcommand is ``main(argv: list[str] | None) -> int``. A :class:`ConfigError` anywhere before training prints
 ``error: <message>`` on one line and exits with code 2; Ctrl-C prints one line and exits with code 130.
-``python -m rlvr_div`` is the same entry point. The entry-point indirection lets the separate ``eval``
-package add ``rlvr-div eval`` without ``rlvr_div`` importing it.
+``python -m rlvr_div`` is the same entry point. The entry-point indirection lets the separate ``eval`` package add
+``rlvr-div eval`` without ``rlvr_div`` importing it. Before a subcommand loads, torch's waiting threads are set to
+sleep rather than spin (:mod:`rlvr_div.cpu_threads`) unless ``OMP_WAIT_POLICY`` is set.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
+from rlvr_div.cpu_threads import prefer_passive_waiting
 from rlvr_div.errors import ConfigError
 
 COMMAND_GROUP = "rlvr_div.commands"
@@ -54,6 +56,7 @@ def _usage(cmds: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_passive_waiting()  # before any subcommand imports torch (rlvr_div/cpu_threads.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     cmds = _commands()
     if not argv or argv[0] in ("-h", "--help"):

@@ -6,9 +6,12 @@ import os
 
 import pytest
 
+from rlvr_div.cpu_threads import prefer_passive_waiting
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+prefer_passive_waiting()  # as `rlvr-div` does, before torch loads: the suite shares the CPU with other jobs
 
 
 @pytest.fixture(scope="session")
