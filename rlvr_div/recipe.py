@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rlvr_div.errors import ConfigError
+from rlvr_div.errors import ConfigError, relative_path_hint
 
 
 def _from_json(value: Any, key: str, example: str) -> Any:
@@ -371,9 +368,9 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     return script, training, model
 
 
-def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal_set: bool = True) -> None:
-    """Cheap checks that must fail before any model loads (the DPH-RL rehearsal set too, unless it is about to be
-    built)."""
+def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: bool = True) -> None:
+    """Cheap checks that must fail before any model loads; with ``check_inputs``, also the files the active plug-ins
+    read (:meth:`GRPOPlugin.check_inputs`: not when a command is about to write them, as ``rlvr-div rehearse``)."""
     from rlvr_div import preflight
     from rlvr_div.models import check_model_settings, resolve_model
     from rlvr_div.rewards import get_reward
@@ -381,7 +378,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     from rlvr_div.tasks import check_task
     from rlvr_div.tiny_base import tiny_spec
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
-    from rlvr_div.trainers.plugin import check_task_of_active
+    from rlvr_div.trainers.plugin import active_plugins
 
     preflight.check_ranges(script, training, model)
     preflight.check_loss_type(training)
@@ -390,7 +387,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
         raise ConfigError(f"task {script.task!r} reads no data, so data_path does not apply; tasks that take a "
                           f"data_path: {readers}")  # fmt: skip
     options = script.task_kwargs()
-    with _relative_to_cwd(script.data_path):
+    with relative_path_hint(script.data_path):
         spec = check_task(script.task, **options)
     rewards = script.rewards or [spec.reward]
     settings = script.reward_settings()
@@ -402,11 +399,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
-    check_task_of_active(training, script.task, spec, rewards)  # the plug-ins' checks against task and rewards
+    for plugin in active_plugins(training):  # the plug-ins' checks against task and rewards
+        plugin.check_task(training, script.task, spec, rewards)
     check_entropy_bonus(training, script.trainer)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)
-    with _relative_to_cwd(model.model_name_or_path):
+    with relative_path_hint(model.model_name_or_path):
         model_path: str | None = resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
     spec = tiny_spec(model_path)
     if spec is not None:
@@ -417,21 +415,8 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_rehearsal
         preflight.check_lora_targets(model, model_path)
     preflight.check_report_to(training)
     preflight.check_push_to_hub(training)
-    if check_rehearsal_set and getattr(training, "rehearsal_path", None) is not None:
-        with _relative_to_cwd(training.rehearsal_path):
-            _check_rehearsal_set(script, training, model)
-
-
-@contextmanager
-def _relative_to_cwd(path: str | None) -> Iterator[None]:
-    """A :class:`ConfigError` about a relative ``path`` that does not exist says where it was looked up."""
-    try:
-        yield
-    except ConfigError as e:
-        relative = path and not os.path.isabs(os.path.expanduser(path)) and not os.path.exists(path)
-        if relative and path in str(e):
-            raise ConfigError(f"{e} (relative paths are read from the current directory, {os.getcwd()})") from None
-        raise
+    for plugin in active_plugins(training) if check_inputs else ():
+        plugin.check_inputs(script, training, model)
 
 
 def _task_names() -> list[str]:
@@ -455,13 +440,3 @@ def _tiny_dir_if_built(spec: Any) -> str | None:
 
     path = cached_tiny_path(spec)
     return None if path is None else str(path)
-
-
-def _check_rehearsal_set(script: ScriptArguments, training: Any, model: Any) -> None:
-    """The rehearsal set must exist, be non-empty, and come from this model, tokenizer and temperature."""
-    from rlvr_div.models import load_tokenizer, resolve_model
-    from rlvr_div.rehearsal_set import check_rehearsal
-
-    path = resolve_model(model.model_name_or_path, script.gguf_file)
-    tokenizer = load_tokenizer(path, script.gguf_file, model.model_revision, training.trust_remote_code)
-    check_rehearsal(training.rehearsal_path, model.model_name_or_path, tokenizer, temperature=training.temperature)

@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     script, training, model_args = parse_recipe(argv)
     if getattr(training, "rehearsal_path", None) is None:
         raise ConfigError("the recipe has no rehearsal_path (use `trainer: divergence` with `rehearsal_path: DIR`)")
-    validate(script, training, model_args, check_rehearsal_set=False)
+    validate(script, training, model_args, check_inputs=False)
     if training.use_vllm:
         from rlvr_div.sampling import vllm_available
 

@@ -136,14 +136,10 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task, get_task_spec
     from rlvr_div.trainers import TRAINERS
+    from rlvr_div.trainers.plugin import train_dataset_of
 
-    if getattr(training, "rehearsal_path", None) is not None:  # DPH-RL: GRPO runs on D_exp
-        import datasets
-
-        from rlvr_div.rehearsal_set import D_EXP_DIR
-
-        dataset = datasets.load_from_disk(str(Path(training.rehearsal_path) / D_EXP_DIR))
-    else:
+    dataset = train_dataset_of(training)  # an active plug-in's own training set (DPH-RL: D_exp), or the task's
+    if dataset is None:
         dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs())
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))

@@ -11,7 +11,7 @@ import pytest
 from rlvr_div import preflight
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, UNIT, is_integer_field, out_of_range
-from rlvr_div.trainers.plugin import GRPOPlugin, check_task_of_active, plugin_classes
+from rlvr_div.trainers.plugin import GRPOPlugin, active_plugins, plugin_classes
 
 
 @dataclass
@@ -27,15 +27,14 @@ class _Toy(GRPOPlugin):
     selected_by = "toy: true"
     switches = ("toy",)
     ranges = {"toy_k": AT_LEAST_ONE, "toy_share": UNIT}
-    seen: list = []
 
     @classmethod
     def active(cls, args):
         return args.toy
 
     @classmethod
-    def check_task(cls, args, task, spec, rewards):
-        cls.seen.append((task, rewards))
+    def train_dataset(cls, args):
+        return ["toy row"]
 
 
 def _args(**kw):
@@ -77,17 +76,27 @@ def test_a_range_for_a_key_the_plug_in_does_not_have_is_a_programming_error():
         Broken.check_declared(_args(toy=True))
 
 
-def test_task_checks_run_for_active_plug_ins_only(monkeypatch):
+def test_only_active_plug_ins_are_listed(monkeypatch):
     import rlvr_div.trainers.plugin as plugin
 
-    _Toy.seen.clear()
     monkeypatch.setattr(plugin, "plugin_classes", lambda: [_Toy])
-    check_task_of_active(_args(), "pairsum", None, ["r"])
-    assert _Toy.seen == []
-    check_task_of_active(_args(toy=True), "pairsum", None, ["r"])
-    assert _Toy.seen == [("pairsum", ["r"])]
-    check_task_of_active(SimpleNamespace(toy=True), "pairsum", None, ["r"])  # another trainer's config: skipped
-    assert len(_Toy.seen) == 1
+    assert active_plugins(_args()) == []
+    assert active_plugins(_args(toy=True)) == [_Toy]
+    assert active_plugins(SimpleNamespace(toy=True)) == []  # another trainer's config: none active
+
+
+def test_an_active_plug_in_may_replace_the_training_set_and_two_may_not(monkeypatch):
+    import rlvr_div.trainers.plugin as plugin
+
+    class _Other(_Toy):
+        name = "other"
+
+    monkeypatch.setattr(plugin, "plugin_classes", lambda: [_Toy])
+    assert plugin.train_dataset_of(_args()) is None
+    assert plugin.train_dataset_of(_args(toy=True)) == ["toy row"]
+    monkeypatch.setattr(plugin, "plugin_classes", lambda: [_Toy, _Other])
+    with pytest.raises(ConfigError, match="plug-ins 'toy' and 'other' each replace the training set"):
+        plugin.train_dataset_of(_args(toy=True))
 
 
 def test_every_registered_plug_in_declares_ranges_of_its_own_keys_that_hold_their_defaults():

@@ -127,7 +127,7 @@ def test_recipe_parses_and_validates(recipe: Path, tmp_path: Path, hub_models: N
     if getattr(training, "rehearsal_path", None) is None:
         validate(script, training, model)
     else:  # the rehearsal set is built by `rlvr-div rehearse`; everything else is checked
-        validate(script, training, model, check_rehearsal_set=False)
+        validate(script, training, model, check_inputs=False)
     assert training.num_generations >= 2
 
 

@@ -90,7 +90,7 @@ def test_relative_paths_are_read_from_the_current_directory(tmp_path, capsys, no
     )
     monkeypatch.chdir(project)  # where the recipe's paths were written for
     script, training, model = parse_recipe(["--config", "recipes/gsm8k.yaml"])
-    validate(script, training, model, check_rehearsal_set=False)
+    validate(script, training, model, check_inputs=False)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -102,7 +102,7 @@ def test_relative_paths_are_read_from_the_current_directory(tmp_path, capsys, no
     # the same relative path on the command line, from the project directory, is found
     monkeypatch.chdir(project)
     script, training, model = parse_recipe(["--config", str(recipe), "--data_path", "data/train.jsonl"])
-    validate(script, training, model, check_rehearsal_set=False)
+    validate(script, training, model, check_inputs=False)
 
 
 def _train_cmd(out: Path, *extra: str) -> list[str]:

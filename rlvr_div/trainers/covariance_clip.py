@@ -268,4 +268,5 @@ class CovariancePlugin(GRPOPlugin):
         return restricted
 
 
+ORDER = 40  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (CovariancePlugin,)

@@ -119,4 +119,5 @@ class DifferentialSmoothing(RewardShaping):
         return shaped
 
 
+ORDER = 140  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (DifferentialSmoothing,)

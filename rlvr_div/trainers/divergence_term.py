@@ -173,4 +173,5 @@ class DivergenceTerm(GRPOPlugin):
         return torch.exp(log_ratio)
 
 
+ORDER = 10  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (DivergenceTerm,)

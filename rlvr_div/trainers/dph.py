@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
-from rlvr_div.errors import ConfigError
+from rlvr_div.errors import ConfigError, relative_path_hint
 from rlvr_div.ranges import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
@@ -107,6 +108,27 @@ class Rehearsal(GRPOPlugin):
     @classmethod
     def active(cls, args: Any) -> bool:
         return args.rehearsal_path is not None
+
+    @classmethod
+    def check_inputs(cls, script: Any, training: Any, model: Any) -> None:
+        """The rehearsal set exists, is not empty, and comes from this model, tokenizer and temperature."""
+        from rlvr_div.models import load_tokenizer, resolve_model
+        from rlvr_div.rehearsal_set import check_rehearsal
+
+        with relative_path_hint(training.rehearsal_path):
+            path = resolve_model(model.model_name_or_path, script.gguf_file)
+            tokenizer = load_tokenizer(path, script.gguf_file, model.model_revision, training.trust_remote_code)
+            check_rehearsal(training.rehearsal_path, model.model_name_or_path, tokenizer,
+                            temperature=training.temperature)  # fmt: skip
+
+    @classmethod
+    def train_dataset(cls, args: Any) -> Any:
+        """D_exp: the prompts the offline stage left out of D_pef (GRPO explores there, the term rehearses D_pef)."""
+        import datasets
+
+        from rlvr_div.rehearsal_set import D_EXP_DIR
+
+        return datasets.load_from_disk(str(Path(args.rehearsal_path) / D_EXP_DIR))
 
     @classmethod
     def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
@@ -205,4 +227,5 @@ class Rehearsal(GRPOPlugin):
         return value / trainer.current_gradient_accumulation_steps
 
 
+ORDER = 20  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (Rehearsal,)

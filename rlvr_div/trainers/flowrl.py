@@ -396,4 +396,5 @@ class FlowRL(GRPOPlugin):
         self.head.load_state_dict(state)
 
 
+ORDER = 180  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (FlowRL,)

@@ -98,4 +98,5 @@ class Mara(RewardShaping):
         return mara_rewards(rewards, ref, trainer.num_generations, trainer.args.mara_tau, trainer.kl_coef)
 
 
+ORDER = 60  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (Mara,)

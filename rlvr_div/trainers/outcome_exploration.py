@@ -218,4 +218,5 @@ class OutcomeExploration(RewardShaping):
         self.counts.load(checkpoint)
 
 
+ORDER = 110  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (OutcomeExploration,)

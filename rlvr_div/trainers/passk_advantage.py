@@ -123,4 +123,5 @@ class PassKTraining(RewardShaping):
         return passk_training_advantages(rewards == 1.0, group, self.trainer.args.passk_k, scored=~torch.isnan(rewards))
 
 
+ORDER = 100  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (PassKTraining,)

@@ -88,4 +88,5 @@ class PKPO(RewardShaping):
         return pkpo_advantages(rewards == 1.0, group, self.trainer.args.pkpo_k)
 
 
+ORDER = 80  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (PKPO,)

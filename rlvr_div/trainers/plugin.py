@@ -10,7 +10,9 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in registration
   order (it may resolve its own keys, e.g. a synonym);
 - ``check_task(args, task, spec, rewards)``: its checks against the run's task and rewards while it is active (MARA
-  refuses a one-answer task), called by ``rlvr-div train``'s pre-load checks (:func:`check_task_of_active`);
+  refuses a one-answer task), and ``check_inputs(script, training, model)``: its checks of the files it reads (DPH-RL's
+  rehearsal set), both called by ``rlvr-div train``'s pre-load checks for the :func:`active_plugins`;
+- ``train_dataset(args)``: the dataset GRPO trains on in place of the task's while it is active (DPH-RL: D_exp);
 - ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
 - the hooks it needs, each a no-op by default (the trainer calls them in registration order):
   ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
@@ -19,15 +21,19 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   ``loss_term`` (a term added to TRL's policy loss), ``save``/``load`` (state that travels with checkpoints);
 - ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs).
 
-It is registered by one line in :data:`PLUGIN_MODULES` (the order there is the order of checks, hooks and loss
-terms). The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a method is a new module,
-its line here, its recipe, its docs row and its tests (docs/methods.md, "Adding a method").
+Its module assigns ``PLUGINS`` (its plug-in classes) and ``ORDER`` (an integer: the plug-ins' checks, hooks and loss
+terms run in ``ORDER``); :func:`plugin_modules` finds every such module of the package, so nothing else registers it.
+The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a method is a new module, its
+recipe, its docs row and its tests, and deleting them removes it (docs/methods.md, "Adding a method").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import pkgutil
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,29 +43,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import Range, is_integer_field, out_of_range
 
-# the plug-in modules, in the order their checks, hooks and loss terms run
-PLUGIN_MODULES = (
-    "rlvr_div.trainers.divergence_term",
-    "rlvr_div.trainers.dph",
-    "rlvr_div.trainers.validity_target",
-    "rlvr_div.trainers.covariance_clip",
-    "rlvr_div.trainers.reward_shaping",
-    "rlvr_div.trainers.mara",
-    "rlvr_div.trainers.unlikeliness",
-    "rlvr_div.trainers.pkpo",
-    "rlvr_div.trainers.w_reinforce",
-    "rlvr_div.trainers.passk_advantage",
-    "rlvr_div.trainers.outcome_exploration",
-    "rlvr_div.trainers.rloo",
-    "rlvr_div.trainers.zero_success",
-    "rlvr_div.trainers.differential_smoothing",
-    "rlvr_div.trainers.ucpo",
-    "rlvr_div.trainers.polychromic",
-    "rlvr_div.trainers.prorl",
-    "rlvr_div.trainers.flowrl",
-    "rlvr_div.trainers.simko",
-    "rlvr_div.trainers.sequence_kl",
-)
+PLUGIN_PACKAGE = "rlvr_div.trainers"  # where plug-in modules live
 
 LossFn = Callable[[Any, dict[str, Any]], torch.Tensor]
 
@@ -119,6 +103,16 @@ class GRPOPlugin:
         before any model loads; called only while the plug-in is active."""
 
     @classmethod
+    def check_inputs(cls, script: Any, training: Any, model: Any) -> None:
+        """Checks of the files this plug-in reads, before any model loads (``rlvr-div train``; only while active, and
+        not when a command is about to write them)."""
+
+    @classmethod
+    def train_dataset(cls, args: Any) -> Any:
+        """The dataset GRPO trains on in place of the task's while this plug-in is active, or None (the task's)."""
+        return None
+
+    @classmethod
     def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
         """Checks on ``GRPOTrainer.__init__``'s bound ``arguments`` before it loads the model (Python users)."""
 
@@ -159,22 +153,51 @@ class GRPOPlugin:
         """Restore this plug-in's state from a checkpoint folder."""
 
 
+@functools.cache
+def plugin_modules() -> tuple[str, ...]:
+    """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` that assigns ``PLUGINS`` at its top level, sorted by
+    its integer ``ORDER`` (the order of checks, hooks and loss terms). A method is added by its module alone and
+    removed by deleting it; a module without an integer ``ORDER``, or two with the same, is a TypeError."""
+    package = importlib.import_module(PLUGIN_PACKAGE)
+    found: dict[int, str] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        source = Path(package.__path__[0]) / f"{info.name}.py"
+        if not source.is_file() or not re.search(r"^PLUGINS\s*=", source.read_text(), re.M):
+            continue
+        name = f"{PLUGIN_PACKAGE}.{info.name}"
+        order = getattr(importlib.import_module(name), "ORDER", None)
+        if not isinstance(order, int) or isinstance(order, bool):
+            raise TypeError(f"plug-in module {name} defines PLUGINS but no integer ORDER (its place among plug-ins)")
+        if order in found:
+            raise TypeError(f"plug-in modules {found[order]} and {name} share ORDER = {order}")
+        found[order] = name
+    return tuple(found[k] for k in sorted(found))
+
+
 def plugin_classes() -> list[type[GRPOPlugin]]:
-    """Every registered plug-in class, in :data:`PLUGIN_MODULES` order (a module may hold several, in its order)."""
+    """Every plug-in class, in :func:`plugin_modules` order (a module may hold several, in its order)."""
     out: list[type[GRPOPlugin]] = []
-    for module in PLUGIN_MODULES:
-        out += list(getattr(importlib.import_module(module), "PLUGINS", ()))
+    for module in plugin_modules():
+        out += list(importlib.import_module(module).PLUGINS)
     return out
 
 
-def check_task_of_active(args: Any, task: str, spec: Any, rewards: list[str]) -> None:
-    """:meth:`GRPOPlugin.check_task` of every plug-in active in ``args`` (a config without the plug-ins' keys, another
+def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
+    """The plug-in classes active in ``args``, in registration order (a config without the plug-ins' keys, another
     trainer's, has none active)."""
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
-        return
-    for cls in plugin_classes():
-        if cls.active(args):
-            cls.check_task(args, task, spec, rewards)
+        return []
+    return [cls for cls in plugin_classes() if cls.active(args)]
+
+
+def train_dataset_of(args: Any) -> Any:
+    """The dataset an active plug-in trains on in place of the task's (:meth:`GRPOPlugin.train_dataset`), or None;
+    two plug-ins that each replace it are refused in one line."""
+    replacing = [(cls, data) for cls in active_plugins(args) if (data := cls.train_dataset(args)) is not None]
+    if len(replacing) > 1:
+        raise ConfigError(f"plug-ins {replacing[0][0].name!r} and {replacing[1][0].name!r} each replace the training "
+                          "set; use one of them")  # fmt: skip
+    return replacing[0][1] if replacing else None
 
 
 def plugin_args() -> tuple[type, ...]:

@@ -206,4 +206,5 @@ class Polychromic(RewardShaping):
         return adv
 
 
+ORDER = 160  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (Polychromic,)

@@ -192,4 +192,5 @@ class ProRL(GRPOPlugin):
         self.reference_step = step
 
 
+ORDER = 170  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (ProRL,)

@@ -118,4 +118,5 @@ def check_unscaled(args: Any) -> None:
         )
 
 
+ORDER = 50  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (ShapingChoice,)

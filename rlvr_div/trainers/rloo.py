@@ -50,4 +50,5 @@ class RLOO(RewardShaping):
         return rloo_advantages(trainer.gathered_rewards, trainer.reward_weights, trainer.num_generations).to(device)
 
 
+ORDER = 120  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (RLOO,)

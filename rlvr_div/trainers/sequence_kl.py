@@ -107,4 +107,5 @@ class SequenceKL(GRPOPlugin):
         )  # fmt: skip
 
 
+ORDER = 200  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (SequenceKL,)

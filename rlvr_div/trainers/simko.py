@@ -255,4 +255,5 @@ class SimKO(GRPOPlugin):
         return None
 
 
+ORDER = 190  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (SimKO,)

@@ -119,4 +119,5 @@ class UCPO(RewardShaping):
         return ucpo_advantages(base, validity, mean_logps, group, args.ucpo_tau)
 
 
+ORDER = 150  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (UCPO,)

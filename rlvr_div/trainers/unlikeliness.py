@@ -80,4 +80,5 @@ class Unlikeliness(RewardShaping):
         )
 
 
+ORDER = 70  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (Unlikeliness,)

@@ -136,4 +136,5 @@ class ValidityTarget(GRPOPlugin):
         self.trainer.kl_coef = self.controller.beta
 
 
+ORDER = 30  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (ValidityTarget,)

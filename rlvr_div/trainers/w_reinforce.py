@@ -73,4 +73,5 @@ class WReinforce(RewardShaping):
         return w_reinforce_advantages(rewards, self.trainer.args.psr_weight, self.trainer.args.nsr_weight)
 
 
+ORDER = 90  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (WReinforce,)

@@ -97,4 +97,5 @@ class ZeroSuccess(RewardShaping):
         return zero_success_advantages(rewards, group, self.trainer.args.zero_success_weight)
 
 
+ORDER = 130  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
 PLUGINS = (ZeroSuccess,)
