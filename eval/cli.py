@@ -171,14 +171,7 @@ def _evaluate(args: argparse.Namespace, job: Any) -> int:
     """Sample or score, report; ``--output-dir``'s lock is held."""
     from eval.runner import run
 
-    results = run(job, progress=not args.quiet)
-    if args.lm_eval_log:
-        from eval.records import load_records
-        from eval.sample_formats import LM_EVAL_FILE, write_lm_eval
-
-        for name in results:
-            out = job.output_dir / name
-            write_lm_eval(load_records(out, results[name]["metrics"]["problems"]), out / LM_EVAL_FILE, job.task or "")
+    results = run(job, progress=not args.quiet, lm_eval_log=args.lm_eval_log)
     for name, res in results.items():
         pk = res["metrics"]["pass_at_k"]
         shown = ", ".join(f"pass@{k}={v:.3f}" for k, v in pk.items())

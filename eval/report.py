@@ -152,28 +152,38 @@ def difficulty_section(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines + _table(header, rows)
 
 
-def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str) -> Path:
-    """Write ``report.md`` and the plots into ``output_dir``; returns the report's path."""
+def write_report(output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str,
+                 records: Mapping[str, list[dict[str, Any]]] | None = None) -> Path:  # fmt: skip
+    """Write ``report.md`` and the plots into ``output_dir``; returns the report's path. ``records``: each model's
+    per-problem records when the caller holds them (default: read from each ``samples.jsonl``)."""
     first = results[next(iter(results))]["config"]
     task = f"task `{first['task']}` ({first['split']} split)" if first.get("task") else "completions from sample logs"
     lines = [f"# pass@k evaluation: {task}", ""]
-    lines += report_sections(output_dir, results, base)
+    lines += report_sections(output_dir, results, base, records=records)
     path = Path(output_dir) / REPORT
     path.write_text("\n".join(lines))
     return path
 
 
 def report_sections(
-    output_dir: Path, results: Mapping[str, Mapping[str, Any]], base: str, image_prefix: str = ""
+    output_dir: Path,
+    results: Mapping[str, Mapping[str, Any]],
+    base: str,
+    image_prefix: str = "",
+    records: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> list[str]:
     """Draw the plots into ``output_dir`` and return the report's markdown lines below its title (settings,
-    tables, overtake k, plots; images linked as ``image_prefix + name``)."""
+    tables, overtake k, plots; images linked as ``image_prefix + name``). ``records``: each model's per-problem
+    records when the caller holds them (default: read from each ``samples.jsonl``)."""
     output_dir = Path(output_dir)
     names = list(results)
     first = results[names[0]]["config"]
     accuracy = {}
     for name in names:
-        recs = load_records(output_dir / name, results[name]["metrics"]["problems"])
+        if records is not None:
+            recs = records[name]
+        else:
+            recs = load_records(output_dir / name, results[name]["metrics"]["problems"])
         accuracy[name] = {r["index"]: r["c"] / r["n"] for r in recs}
     plot_pass_at_k(results, output_dir / PASS_PLOT, base)
     plot_accuracy_panels(accuracy, output_dir / HIST_PLOT, base)

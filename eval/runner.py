@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.metrics import MATERIAL_PROBLEMS, compare_to_base, compute_metrics, package_versions
-from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, load_records, read_samples, write_json
+from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, read_samples, write_json
 from eval.resume import (
     CONFIG_FILE,
     FINGERPRINT_KEY,
@@ -142,8 +142,10 @@ def evaluate_model(
     out_dir: Path,
     progress: bool = True,
     fresh: bool = False,
-) -> dict[str, Any]:
-    """Sample and score every unfinished problem of ``dataset[:limit]``, then write and return ``results.json``.
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Sample and score every unfinished problem of ``dataset[:limit]`` (each appended to ``samples.jsonl`` as it is
+    scored); returns the results (what :func:`run` writes to ``results.json``, once) and the records of
+    ``dataset[:limit]`` by index.
 
     ``fresh``: delete ``out_dir``'s earlier samples first. Otherwise earlier samples are kept only when their
     settings and model fingerprint match (checked before the load, and again after it: loading a hub id may fetch a
@@ -208,8 +210,7 @@ def evaluate_model(
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
-    write_json(out_dir / RESULTS_FILE, results)
-    return results
+    return results, records
 
 
 @dataclass
@@ -343,29 +344,32 @@ def prepare(
     return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh, sources, task, split)
 
 
-def run(job: EvalJob, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Evaluate every model of ``job`` (resuming) and score every sample log, compare each with the base, write the
-    report; results by name."""
+def run(job: EvalJob, progress: bool = True, lm_eval_log: bool = False) -> dict[str, dict[str, Any]]:
+    """Evaluate every model of ``job`` (resuming) and score every sample log, compare each with the base, write each
+    ``results.json`` once and the report (and, with ``lm_eval_log``, each model's records as an lm-eval samples log),
+    all from the records in memory; results by name."""
     from eval.report import write_report
     from eval.score_only import score_source
 
-    results: dict[str, dict[str, Any]] = {}
+    scored: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for ref in job.models:
-        results[ref.name] = evaluate_model(
+        scored[ref.name] = evaluate_model(
             ref, job.settings[ref.name], job.dataset, job.reward, job.output_dir / ref.name, progress, job.fresh
         )
     for src in job.sources:
         out_dir = job.output_dir / src.name
         settings = job.settings[src.name]
-        results[src.name] = score_source(src, job.reward, job.dataset, out_dir, settings, job.task, job.split, progress)
-    results = {name: results[name] for name in job.names()}
-    limit = {name: results[name]["metrics"]["problems"] for name in results}
-    base_records = load_records(job.output_dir / job.base, limit[job.base])
-    for name in results:
-        if name == job.base:
-            continue
-        cmp = compare_to_base(base_records, load_records(job.output_dir / name, limit[name]), job.base)
-        results[name]["metrics"]["vs_base"] = cmp
+        scored[src.name] = score_source(src, job.reward, job.dataset, out_dir, settings, job.task, job.split, progress)
+    base_records = scored[job.base][1]
+    results: dict[str, dict[str, Any]] = {}
+    for name in job.names():  # scored in memory: each results.json is written once, with its comparison to the base
+        results[name], records = scored[name]
+        if name != job.base:
+            results[name]["metrics"]["vs_base"] = compare_to_base(base_records, records, job.base)
         write_json(job.output_dir / name / RESULTS_FILE, results[name])
-    write_report(job.output_dir, results, job.base)
+        if lm_eval_log:
+            from eval.sample_formats import LM_EVAL_FILE, write_lm_eval
+
+            write_lm_eval(records, job.output_dir / name / LM_EVAL_FILE, job.task or "")
+    write_report(job.output_dir, results, job.base, {name: scored[name][1] for name in results})
     return results

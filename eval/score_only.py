@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.metrics import compute_metrics, package_versions
-from eval.records import RESULTS_FILE, SAMPLES_FILE, append_line, write_json
+from eval.records import SAMPLES_FILE, append_line, write_json
 from eval.resume import CONFIG_FILE
 from eval.sample_formats import SampleFile, read_sample_file
 from eval.scoring import score_completions
@@ -175,10 +175,11 @@ def score_source(
     task: str | None,
     split: str | None,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score every problem of ``source`` (the first ``settings.limit``), write ``out_dir/samples.jsonl`` (replacing
-    what was there) and ``results.json``, and return the results. ``settings``: an
-    :class:`eval.settings.EvalSettings` for the metrics (seed, bootstrap, maj subsets, cover τ)."""
+    what was there), and return the results (what :func:`eval.runner.run` writes to ``results.json``, once) and the
+    records. ``settings``: an :class:`eval.settings.EvalSettings` for the metrics (seed, bootstrap, maj subsets,
+    cover τ)."""
     from tqdm.auto import tqdm
 
     problems = _problems(source, settings.limit)
@@ -227,5 +228,4 @@ def score_source(
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         },
     }
-    write_json(out_dir / RESULTS_FILE, results)
-    return results
+    return results, sorted(records, key=lambda r: r["index"])

@@ -99,13 +99,20 @@ def test_formats_are_read_as_written(sampled, fixtures):
     ]
 
 
-def test_scored_files_equal_the_sampled_run_without_loading_a_model(sampled, fixtures, tmp_path, no_model_loads):
+def test_scored_files_equal_the_sampled_run_without_loading_a_model(sampled, fixtures, tmp_path, no_model_loads,
+                                                                   monkeypatch):  # fmt: skip
+    import eval.runner
+
     out = tmp_path / "scored"
     sources = [f"lm={fixtures / 'lm_eval.jsonl'}", f"plain={fixtures / 'plain.jsonl'}", f"ours={sampled / 'base'}"]
     args = ["eval", "--task", "arith", "--quiet", "--output-dir", str(out)]
     for s in sources:
         args += ["--samples", s]
+    written, write_json = [], eval.runner.write_json
+    monkeypatch.setattr(eval.runner, "write_json", lambda path, data: (written.append(path), write_json(path, data)))
     assert cli_main(args) == 0
+    results_files = [p for p in written if p.name == "results.json"]
+    assert sorted(results_files) == sorted(out / n / "results.json" for n in ("lm", "plain", "ours"))  # each once
     # verl dumps carry their own ground truth: no task needed, the reward is named
     assert cli_main(["eval", "--samples", f"verl={fixtures / 'verl.jsonl'}", "--reward", "arith_exact", "--quiet",
                      "--output-dir", str(tmp_path / "verl")]) == 0  # fmt: skip
