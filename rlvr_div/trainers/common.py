@@ -8,6 +8,7 @@ except that :func:`log_group_diversity` leaves the batch's gathered texts on the
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -17,8 +18,22 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.base import completion_text
+from rlvr_div.rewards.base import check_validity_reward_index, completion_text
 from rlvr_div.trainers import trl_seam
+
+
+def checked_init_arguments(trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``GRPOTrainer.__init__``'s arguments bound by name, after the check that needs no model: the config's
+    ``validity_reward_index`` names one of the reward functions (one line, before TRL loads the model)."""
+    from trl import GRPOTrainer
+
+    bound = inspect.signature(GRPOTrainer.__init__).bind(trainer, *args, **kwargs).arguments
+    config, funcs = bound.get("args"), bound.get("reward_funcs")
+    if config is not None and funcs is not None:
+        funcs = funcs if isinstance(funcs, list) else [funcs]
+        names = [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in funcs]
+        check_validity_reward_index(getattr(config, "validity_reward_index", 0), names)
+    return bound
 
 
 def distributed_backend(args: Any) -> str | None:

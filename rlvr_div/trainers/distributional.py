@@ -48,7 +48,6 @@ Docs: ``docs/distributional.md``.
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,9 +57,14 @@ import torch.nn.functional as F
 from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.base import check_validity_reward_index
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.common import completion_mask, log_group_diversity, policy_logps_no_grad, replace_advantages
+from rlvr_div.trainers.common import (
+    checked_init_arguments,
+    completion_mask,
+    log_group_diversity,
+    policy_logps_no_grad,
+    replace_advantages,
+)
 from rlvr_div.trainers.entropy_bonus import entropy_bonus
 
 DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
@@ -293,12 +297,7 @@ class DPGTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # checked before GRPOTrainer.__init__ loads the model from its path
-        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
-        config, funcs = bound.get("args"), bound.get("reward_funcs")
-        if config is not None and funcs is not None:
-            funcs = funcs if isinstance(funcs, list) else [funcs]
-            names = [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in funcs]
-            check_validity_reward_index(getattr(config, "validity_reward_index", 0), names)
+        checked_init_arguments(self, args, kwargs)
         super().__init__(*args, **kwargs)
         self._dpg_valid: torch.Tensor | None = None
 

@@ -26,7 +26,6 @@ Every step also logs, from rewards gathered over all processes (a prompt's group
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rewards.base import check_validity_reward_index
-from rlvr_div.trainers.common import log_group_diversity, replace_advantages
+from rlvr_div.trainers.common import checked_init_arguments, log_group_diversity, replace_advantages
 from rlvr_div.trainers.plugin import GRPOPlugin, plugin_args, plugin_classes
 
 PLUGIN_CLASSES: tuple[type[GRPOPlugin], ...] = tuple(plugin_classes())
@@ -70,12 +68,8 @@ class DivergenceGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # checked before GRPOTrainer.__init__ loads the model from its path
-        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
-        config, funcs = bound.get("args"), bound.get("reward_funcs")
-        if config is not None and funcs is not None:
-            funcs = funcs if isinstance(funcs, list) else [funcs]
-            names = [f if isinstance(f, str) else getattr(f, "__name__", type(f).__name__) for f in funcs]
-            check_validity_reward_index(getattr(config, "validity_reward_index", 0), names)
+        bound = checked_init_arguments(self, args, kwargs)
+        config = bound.get("args")
         for cls in PLUGIN_CLASSES:
             if config is not None and cls.active(config):
                 cls.before_init(config, bound)
