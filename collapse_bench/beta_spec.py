@@ -24,7 +24,7 @@ ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")  # the anneal arm
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
             "reached_kl", "path_dense", "path_per_prompt", "primary"}  # fmt: skip
-ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas",
+ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas", "seeds",
             "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
 PATH_DENSE_KEYS = {"above_mu", "every"}
@@ -61,6 +61,8 @@ class Arm:
     final_learning_rate: float | None = None  # the cosine decay's end at each β
     dtype: str | None = None  # float32 | float64: the policy's parameters
     perturbation: float | None = None  # start: base weights + perturbation·rms(w)·N(0, 1), per tensor, from the seed
+    # the study's seeds this arm runs (default: all of them); never part of a run's identity (a run has its own seed)
+    seeds: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,23 @@ def load_study(path: str | Path) -> Study:
                 isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in own)):  # fmt: skip
             raise ConfigError(f"arm {name!r}: betas must be a non-empty list of positive numbers, got {own!r}")
         anneal = _anneal_settings(name, kind, a, own or betas)
+        arm_seeds = a.get("seeds")
+        if arm_seeds is not None:
+            if kind == "exact":
+                raise ConfigError(f"arm {name!r}: the exact arm runs once per β (no random stream); remove its seeds")
+            if (
+                not isinstance(arm_seeds, list)
+                or not arm_seeds
+                or len(set(arm_seeds)) != len(arm_seeds)
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x in seeds for x in arm_seeds)
+            ):
+                raise ConfigError(f"arm {name!r}: seeds must be a non-empty list of distinct seeds of the study's "
+                                  f"{seeds}, got {arm_seeds!r}")  # fmt: skip
+            arm_seeds = tuple(x for x in seeds if x in arm_seeds)  # the study's order
         arms.append(Arm(name, str(a.get("label", name)), kind, recipe, a.get("key"), dict(overrides),
                         a.get("learning_rate"), a.get("max_steps"),
-                        None if own is None else tuple(float(b) for b in own), **anneal))  # fmt: skip
+                        None if own is None else tuple(float(b) for b in own), **anneal,
+                        seeds=arm_seeds))  # fmt: skip
     if not arms or len({a.name for a in arms}) != len(arms):
         raise ConfigError("arms must be a non-empty list with distinct names")
     ks = tuple(int(k) for k in raw.get("ks", [1, 2, 4, 8, 16, 32, 64, 128]))
@@ -300,17 +316,18 @@ def _primary(raw: Any, arms: list[Arm], per_prompt: bool) -> Primary:
 
 def study_runs(study: Study) -> list[StudyRun]:
     """Every run, in the config's order: sampled and anneal arms at every β (the arm's own list, or the study's) and
-    seed (an anneal arm's seed is its perturbed start), the exact arm at every β once (it has no random stream),
-    points at every seed."""
+    seed (the arm's own seeds, or the study's; an anneal arm's seed is its perturbed start), the exact arm at every β
+    once (it has no random stream), points at every seed."""
     runs: list[StudyRun] = []
     for arm in study.arms:
         betas = arm.betas or study.betas
+        seeds = arm.seeds or study.seeds
         if arm.kind in ("sampled", "anneal"):
-            runs += [StudyRun(arm.name, b, s) for b in betas for s in study.seeds]
+            runs += [StudyRun(arm.name, b, s) for b in betas for s in seeds]
         elif arm.kind == "exact":
             runs += [StudyRun(arm.name, b, study.seeds[0]) for b in betas]
         else:
-            runs += [StudyRun(arm.name, None, s) for s in study.seeds]
+            runs += [StudyRun(arm.name, None, s) for s in seeds]
     return runs
 
 
@@ -331,7 +348,7 @@ def run_identity(study: Study, run: StudyRun) -> str:
     arm = study.arm(run.arm)
     recipe_text = Path(arm.recipe).read_text() if arm.recipe else ""
     # the anneal arm's own settings count only when set, so the other arms' finished runs keep their identity
-    own = {k: v for k, v in asdict(arm).items() if k not in ANNEAL_ONLY or v is not None}
+    own = {k: v for k, v in asdict(arm).items() if (k not in ANNEAL_ONLY or v is not None) and k != "seeds"}
     data = {
         "run": asdict(run), "arm": {**own, "recipe": recipe_text}, "model": study.model, "task": study.task,
         "task_options": study.task_options, "common": study.common, "ks": study.ks, "path_every": study.path_every,

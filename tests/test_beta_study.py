@@ -70,6 +70,12 @@ def test_runs_of_each_kind(tmp_path):
         _write(tmp_path, BASE_CONFIG.replace("key: divergence_coef", "key: divergence_coef, betas: [0.5]"))
     )
     assert [(r.beta, r.seed) for r in study_runs(own) if r.arm == "rkl"] == [(0.5, 1), (0.5, 2)]
+    some = load_study(_write(tmp_path, BASE_CONFIG.replace("key: divergence_coef", "key: divergence_coef, seeds: [2]")))
+    assert [(r.beta, r.seed) for r in study_runs(some) if r.arm == "rkl"] == [(1.0, 2), (0.1, 2)]
+    from collapse_bench.beta_spec import run_identity
+
+    # an arm's seed list never enters a run's identity: runs it keeps stay current
+    assert run_identity(some, StudyRun("rkl", 0.1, 2)) == run_identity(study, StudyRun("rkl", 0.1, 2))
 
 
 @pytest.mark.parametrize(
@@ -83,6 +89,11 @@ def test_runs_of_each_kind(tmp_path):
         (("recipe: " + str(ROOT) + "/recipes/tiny/grpo.yaml", "recipe: nowhere.yaml"), "recipe 'nowhere.yaml' is not"),
         ((", key: divergence_coef", ""), "a sampled arm needs `key`"),
         (("key: divergence_coef", "key: divergence_coef, betas: []"), "arm 'rkl': betas must be a non-empty list"),
+        (
+            ("key: divergence_coef", "key: divergence_coef, seeds: [3]"),
+            r"arm 'rkl': seeds must be .* of the study's \[1, 2\], got \[3\]",
+        ),
+        (("kind: exact", "kind: exact, seeds: [1]"), "the exact arm runs once per β"),
         (("path_every: 2", "path_every: 2\nwarmup: 3"), "unknown key 'warmup'"),
         (("window: 0.2", "window: wide"), "convergence.window must be a number"),
         (("window: 0.2", "window: 0.7"), "convergence needs 0 < window <= 0.5"),
