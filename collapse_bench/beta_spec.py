@@ -23,7 +23,7 @@ DTYPES = ("float32", "float64")
 ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")  # the anneal arm's own settings
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
-            "reached_kl", "path_dense", "path_per_prompt", "primary"}  # fmt: skip
+            "reached_kl", "path_dense", "path_per_prompt", "primary", "extends"}  # fmt: skip
 ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas", "seeds",
             "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
@@ -166,10 +166,32 @@ def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]
             "perturbation": float(perturbation)}  # fmt: skip
 
 
-def load_study(path: str | Path) -> Study:
-    """Read and check a β-study YAML file, one line per problem, before anything runs."""
-    path = Path(path)
+def read_study_config(path: Path) -> dict[str, Any]:
+    """The config's mapping; with ``extends: OTHER.yaml`` (a file beside it), OTHER's mapping with this file's keys
+    put over it (``common`` key by key, every other key whole; ``key: null`` drops OTHER's). Recipes are read
+    relative to this file's directory; OTHER may not extend a third file."""
     raw = checked_mapping(read_yaml_mapping(path, "beta study config"), f"beta study config {str(path)!r}", TOP_KEYS)
+    if "extends" not in raw:
+        return raw
+    other = raw["extends"]
+    if not isinstance(other, str) or Path(other).name != other:
+        raise ConfigError(f"extends must name a YAML file beside {path.name}, got {other!r}")
+    base = checked_mapping(read_yaml_mapping(path.parent / other, "beta study config"),
+                           f"beta study config {other!r}", TOP_KEYS)  # fmt: skip
+    if "extends" in base:
+        raise ConfigError(f"{other} extends {base['extends']!r} itself; a config may extend one that extends none")
+    common = raw.get("common", {})
+    if not isinstance(common, dict):
+        raise ConfigError(f"common must be a mapping, got {type(common).__name__}")
+    merged = {**base, **{k: v for k, v in raw.items() if k not in ("extends", "common")}}
+    merged["common"] = {**(base.get("common") or {}), **common}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a β-study YAML file (:func:`read_study_config`), one line per problem, before anything runs."""
+    path = Path(path)
+    raw = read_study_config(path)
     root = path.resolve().parent
     seeds = raw.get("seeds", [1, 2, 3])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(

@@ -452,3 +452,32 @@ def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):
         assert len(p["per_prompt"]["mu"]) == 3
         assert p["mu"] == pytest.approx(sum(p["per_prompt"]["mu"]) / 3)
         assert p["kl_pstar"] == pytest.approx(sum(p["per_prompt"]["kl_pstar"]) / 3)
+
+
+def test_a_config_may_extend_another_beside_it(tmp_path):
+    from collapse_bench.beta_spec import run_identity
+
+    (tmp_path / "base.yaml").write_text(BASE_CONFIG)
+    (tmp_path / "r4.yaml").write_text("extends: base.yaml\nseeds: [1]\ncommon: {learning_rate: 1.0e-4}\n")
+    base, r4 = load_study(tmp_path / "base.yaml"), load_study(tmp_path / "r4.yaml")
+    assert r4.common == {**base.common, "learning_rate": 1.0e-4} and r4.seeds == (1,) and r4.arms == base.arms
+    written = BASE_CONFIG.replace("seeds: [1, 2]", "seeds: [1]").replace("rate: 3.0e-4", "rate: 1.0e-4")
+    same = load_study(_write(tmp_path, written))  # the same study written out whole: the same runs
+    run = StudyRun("grpo", None, 1)
+    assert run_identity(r4, run) == run_identity(same, run) != run_identity(base, run)
+    (tmp_path / "chain.yaml").write_text("extends: r4.yaml\n")
+    with pytest.raises(ConfigError, match="r4.yaml extends 'base.yaml' itself"):
+        load_study(tmp_path / "chain.yaml")
+    (tmp_path / "far.yaml").write_text("extends: ../base.yaml\n")
+    with pytest.raises(ConfigError, match="extends must name a YAML file beside far.yaml"):
+        load_study(tmp_path / "far.yaml")
+
+
+def test_the_lora_block_configs_change_one_setting_each():
+    main = load_study(COUNTRIES)
+    changed = {"r4": {"lora_r": 4, "lora_alpha": 8}, "r64": {"lora_r": 64, "lora_alpha": 128},
+               "all": {"lora_target_modules": "all-linear"}, "lr1e-4": {"learning_rate": 1.0e-4}}  # fmt: skip
+    for name, settings in changed.items():
+        study = load_study(COUNTRIES.with_name(f"real_lm_countries_lora_{name}.yaml"))
+        assert study.common == {**main.common, **settings} and study.primary is None
+        assert [r.key for r in study_runs(study)] == ["grpo/none/seed1", "alpha_dpg/none/seed1"]
