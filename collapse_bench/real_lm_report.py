@@ -22,13 +22,26 @@ from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study, load_study, study_runs
 from collapse_bench.beta_study import BASE, result_of
 from collapse_bench.markdown import pm as _pm
+from collapse_bench.measure import SHIFT_TOP
 from collapse_bench.per_prompt import matched_with_prompts
 from collapse_bench.stats import holm, mean_ci
 from eval.records import write_json
 
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 PATH_KEYS = ("effective_answers", "kl_pstar", "kl_uniform")
+SHIFTED_PATH_KEY = "shifted_pass_kmax"  # pass@kmax under the shifted verifier, along the path (when measured)
 BASELINE = "grpo"
+
+
+def _shifted(mean: dict[str, Any], kmax: str) -> dict[str, float | None]:
+    """The shifted verifier's numbers of a split's summary (it accepts the valid answers outside the base's top ones
+    of each prompt; :func:`collapse_bench.measure.shifted_summary`): the policy's mass on them π(S), pass@1 and
+    pass@kmax under it, and the expected problems lost and gained against the base at kmax (all None where the
+    summary has none)."""
+    sh = mean.get("shifted") or {}
+    passes, lost, gained = sh.get("pass_at") or {}, sh.get("lost_at") or {}, sh.get("gained_at") or {}
+    return {"shifted_mass": sh.get("mass"), "shifted_pass_1": passes.get("1"), "shifted_pass_kmax": passes.get(kmax),
+            "shifted_lost_kmax": lost.get(kmax), "shifted_gained_kmax": gained.get(kmax)}  # fmt: skip
 
 
 def _end(result: dict[str, Any], split: str, kmax: str) -> dict[str, float | None]:
@@ -37,6 +50,7 @@ def _end(result: dict[str, Any], split: str, kmax: str) -> dict[str, float | Non
         "mu": m["mu"], "effective_answers": m["effective_answers"], "kl_pstar": m["kl_pstar"],
         "kl_uniform": m.get("kl_uniform"), "cov_at_kmax": m["cov_at"][kmax], "pass_at_kmax": m["pass_at"][kmax],
         "sampled_validity": sampling.get("sampled_validity"), "noncanonical_mass": sampling.get("noncanonical_mass"),
+        **_shifted(m, kmax),
     }  # fmt: skip
 
 
@@ -49,7 +63,8 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
         m = base["splits"][split]["summary"]["mean"]
         agg["base"][split] = {"mu": m["mu"], "effective_answers": m["effective_answers"], "kl_pstar": 0.0,
                               "kl_uniform": m.get("kl_uniform"), "cov_at_kmax": m["cov_at"][kmax],
-                              "pass_at_kmax": m["pass_at"][kmax], "prompts": m["problems"]}  # fmt: skip
+                              "pass_at_kmax": m["pass_at"][kmax], "prompts": m["problems"],
+                              **_shifted(m, kmax)}  # fmt: skip
     cells: dict[str, list[dict[str, Any]]] = {}
     for run in study_runs(study):
         result = result_of(out, study, run)
@@ -73,10 +88,12 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
         agg["arms"][name] = entry
     baseline = agg["arms"].get(BASELINE)
     agg["matched"] = {}
+    points = [p for e in agg["arms"].values() for path in e["paths"].values() for p in path]
+    keys = PATH_KEYS + ((SHIFTED_PATH_KEY,) if points and all(SHIFTED_PATH_KEY in p for p in points) else ())
     if baseline is not None:
         for name, entry in agg["arms"].items():
             if name != BASELINE:
-                agg["matched"][name] = matched_levels(entry["paths"], baseline["paths"], LEVELS, PATH_KEYS)
+                agg["matched"][name] = matched_levels(entry["paths"], baseline["paths"], LEVELS, keys)
     agg["primary"] = primary(study, agg) if study.primary is not None else None
     return agg
 
@@ -149,18 +166,50 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
         "(linear between path points); difference arm − GRPO, mean ± 95% t-interval over the seeds whose two paths "
         "both reach μ (n). Positive effective answers and negative KL(p*‖π_v) mean more of p* kept.",
         "",
-        "| arm | μ | n | Δ effective answers | Δ KL(p*‖π_v) | Δ KL(u‖π_v) |",
-        "|---|---|---|---|---|---|",
     ]
+    shifted = any(SHIFTED_PATH_KEY in lv for levels in agg["matched"].values() for lv in levels)
+    extra = f" Δ pass@{k} shifted |" if shifted else ""
+    lines += [f"| arm | μ | n | Δ effective answers | Δ KL(p*‖π_v) | Δ KL(u‖π_v) |{extra}",
+              "|---|---|---|---|---|---|" + ("---|" if shifted else "")]  # fmt: skip
     for name, levels in agg["matched"].items():
         for lv in levels:
+            cell = f" {_pm(lv[SHIFTED_PATH_KEY])} |" if shifted else ""
             lines.append(
                 f"| {name} | {lv['mu']:.1f} | {len(lv['seeds'])} | {_pm(lv['effective_answers'], 2)} "
-                f"| {_pm(lv['kl_pstar'])} | {_pm(lv['kl_uniform'])} |"
+                f"| {_pm(lv['kl_pstar'])} | {_pm(lv['kl_uniform'])} |{cell}"
             )
+    if agg["base"]["train"].get("shifted_mass") is not None:
+        lines += ["", *_shifted_lines(agg, k)]
     if agg.get("primary"):
         lines += ["", *_primary_lines(agg["primary"], study)]
     return "\n".join(lines) + "\n"
+
+
+def _shifted_lines(agg: dict[str, Any], k: int) -> list[str]:
+    """The end of training under the shifted verifier, per split (issue 32, item 2)."""
+    lines = [
+        "## Under a shifted verifier (end of training)",
+        "",
+        f"A held-out verifier accepts only the valid answers outside the base's {SHIFT_TOP} likeliest of each prompt; "
+        "training never asked for them. π(S) is the policy's mass on them, "
+        f"pass@k under it 1 − (1 − π(S|x))^k averaged over the measured prompts, exactly; lost / gained: the expected "
+        f"problems (of the measured prompts) the base solves at k = {k} under this verifier and the policy does not, "
+        "and the reverse.",
+        "",
+    ]
+    for split in ("train", "test"):
+        lines += [f"{split} prompts:", "", f"| arm | π(S) | pass@1 | pass@{k} | lost at {k} | gained at {k} |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        b = agg["base"][split]
+        lines.append(f"| base | {b['shifted_mass']:.4f} | {b['shifted_pass_1']:.4f} | {b['shifted_pass_kmax']:.3f} "
+                     "| – | – |")  # fmt: skip
+        for name, e in agg["arms"].items():
+            m = e["end"][split]
+            lines.append(f"| {name} | {_pm(m['shifted_mass'], 4)} | {_pm(m['shifted_pass_1'], 4)} "
+                         f"| {_pm(m['shifted_pass_kmax'])} | {_pm(m['shifted_lost_kmax'], 2)} "
+                         f"| {_pm(m['shifted_gained_kmax'], 2)} |")  # fmt: skip
+        lines.append("")
+    return lines
 
 
 def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:

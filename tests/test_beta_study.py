@@ -302,6 +302,50 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
     # μ = 0.9: forward KL 14 + s, GRPO 10 + s + (0.2/0.25)·(4 − 10) = 5.2 + s → +8.8
     assert at[0.9]["effective_answers"]["mean"] == pytest.approx(8.8)
     assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study, "bench/real_lm.yaml")
+    assert "shifted" not in report(agg, "cmd", study, "bench/real_lm.yaml")  # no run measured a shifted verifier
+
+
+def test_the_real_lm_report_shows_the_shifted_verifier_where_it_was_measured(tmp_path):
+    """Issue 32, item 2, on the real LMs: pass@k under the shifted verifier at the end and along the paths."""
+    import dataclasses
+
+    from collapse_bench.beta_spec import run_identity
+    from collapse_bench.real_lm_report import aggregate, report
+    from eval.records import write_json
+
+    study = dataclasses.replace(load_study(COUNTRIES), primary=None)  # hand-made paths hold no per-prompt numbers
+
+    def mean(mu, mass):
+        shifted = {"mass": mass, "pass_at": {"1": mass, "64": 2 * mass}, "lost_at": {"64": 3.0 - 10 * mass},
+                   "gained_at": {"64": 10 * mass}}  # fmt: skip
+        return {"mu": mu, "effective_answers": 2.0, "kl_pstar": 0.1, "kl_uniform": 0.2, "cov_at": {"64": 0.5},
+                "pass_at": {"64": 1.0}, "problems": 32, "shifted": shifted}  # fmt: skip
+
+    write_json(
+        tmp_path / "base.json", {"splits": {s: {"summary": {"mean": mean(0.2, 0.01)}} for s in ("train", "test")}}
+    )
+    masses = {"grpo": 0.04, "alpha_dpg": 0.10}
+    for run in study_runs(study):
+        if run.arm not in masses or run.seed > 2:
+            continue
+        m = masses[run.arm]
+        path = [{"step": 0, "mu": 0.2, "effective_answers": 2.0, "kl_pstar": 0.0, "kl_uniform": 0.0,
+                 "shifted_pass_kmax": 0.2},
+                {"step": 10, "mu": 0.8, "effective_answers": 1.5, "kl_pstar": 1.0, "kl_uniform": 1.0,
+                 "shifted_pass_kmax": 2 * m}]  # fmt: skip
+        end = {s: {"mean": mean(0.8, m), "sampling": {}} for s in ("train", "test")}
+        result = {"run": {"arm": run.arm, "beta": run.beta, "seed": run.seed}, "identity": run_identity(study, run),
+                  "path": path, "splits": end, "steps": 10, "train": {"seconds": 10.0}}  # fmt: skip
+        (tmp_path / "runs" / run.key).mkdir(parents=True)
+        write_json(tmp_path / "runs" / run.key / "result.json", result)
+    agg = aggregate(study, tmp_path)
+    at = {lv["mu"]: lv for lv in agg["matched"]["alpha_dpg"]}
+    # μ = 0.5, halfway along both paths: 0.2 + 0.5·(0.2 − 0.2) = 0.2 against 0.2 + 0.5·(0.08 − 0.2) = 0.14 → +0.06
+    assert at[0.5]["shifted_pass_kmax"]["mean"] == pytest.approx(0.06)
+    text = report(agg, "cmd", study, "bench/real_lm_countries.yaml")
+    assert "## Under a shifted verifier (end of training)" in text
+    assert "| base | 0.0100 | 0.0100 | 0.020 | – | – |" in text
+    assert "| alpha_dpg | 0.1000 ± 0.0000 | 0.1000 ± 0.0000 | 0.200 ± 0.000 | 2.00 ± 0.00 | 1.00 ± 0.00 |" in text
 
 
 def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path):
