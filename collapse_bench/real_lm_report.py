@@ -175,7 +175,7 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
         for lv in levels:
             cell = f" {_pm(lv[SHIFTED_PATH_KEY])} |" if shifted else ""
             lines.append(
-                f"| {name} | {lv['mu']:.1f} | {len(lv['seeds'])} | {_pm(lv['effective_answers'], 2)} "
+                f"| {name} | {lv['mu']:g} | {len(lv['seeds'])} | {_pm(lv['effective_answers'], 2)} "
                 f"| {_pm(lv['kl_pstar'])} | {_pm(lv['kl_uniform'])} |{cell}"
             )
     if agg["base"]["train"].get("shifted_mass") is not None:
