@@ -4,7 +4,7 @@ Clip-Cov/KL-Cov, the sequence KL in the reward and the validity-target controlle
 
 ``DivergenceGRPOTrainer`` subclasses ``trl.GRPOTrainer`` with the smallest overrides that let plug-ins act, and no
 method of its own: TRL computes the policy loss with its own KL switched off (the divergence term is the
-``divergence`` plug-in, :mod:`rlvr_div.trainers.divergence_term`), and the active plug-ins, in registration order,
+``divergence`` plug-in, :mod:`rlvr_div.trainers.divergence_term`), and the active plug-ins, in their modules' ORDER,
 
 - may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs;
 - see every scored batch (gathered rewards and validity) and may replace a training batch's advantages;
@@ -50,7 +50,7 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for plugin in PLUGIN_CLASSES:  # one-line checks, in registration order: the declared ones, then its own
+        for plugin in PLUGIN_CLASSES:  # one-line checks, in their modules' ORDER: the declared ones, then its own
             plugin.check_declared(self)
             plugin.prepare(self)
         active = [p for p in PLUGIN_CLASSES if p.active(self)]

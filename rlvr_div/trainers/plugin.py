@@ -7,14 +7,14 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   when it is selected, and one set away from its default while it is not is refused. The contract its Args and these
   declare is enforced by :meth:`GRPOPlugin.check_declared` before its ``prepare``;
 - ``prepare(args)``: its other one-line checks (between its keys, against other settings; a
-  :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in registration
-  order (it may resolve its own keys, e.g. a synonym);
+  :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in their
+  modules' ORDER (it may resolve its own keys, e.g. a synonym);
 - ``check_task(args, task, spec, rewards)``: its checks against the run's task and rewards while it is active (MARA
   refuses a one-answer task), and ``check_inputs(script, training, model)``: its checks of the files it reads (DPH-RL's
   rehearsal set), both called by ``rlvr-div train``'s pre-load checks for the :func:`active_plugins`;
 - ``train_dataset(args)``: the dataset GRPO trains on in place of the task's while it is active (DPH-RL: D_exp);
 - ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
-- the hooks it needs, each a no-op by default (the trainer calls them in registration order):
+- the hooks it needs, each a no-op by default (the trainer calls them in their modules' ORDER):
   ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
   of every such forward), ``on_rewards`` (the gathered rewards and validity of a batch), ``advantages`` (replace
   TRL's advantages: at most one active plug-in may), ``wrap_loss`` (run around the whole loss), ``before_loss`` and
@@ -183,7 +183,7 @@ def plugin_classes() -> list[type[GRPOPlugin]]:
 
 
 def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
-    """The plug-in classes active in ``args``, in registration order (a config without the plug-ins' keys, another
+    """The plug-in classes active in ``args``, in their modules' ORDER (a config without the plug-ins' keys, another
     trainer's, has none active)."""
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return []
