@@ -1,0 +1,28 @@
+"""collapse_bench.before_after's comparison: two study outputs are equal when they differ only in what records time,
+the code commit or their own directories; any other difference is listed."""
+
+import json
+
+from collapse_bench.before_after import differences
+
+
+def _side(root, wall, value, place):
+    (root / "runs" / "a").mkdir(parents=True)
+    (root / "runs" / "a" / "result.json").write_text(json.dumps({"identity": "x", "wall_seconds": wall, "mu": value,
+                                                                  "path": [{"step": 1, "commit": place}]}))  # fmt: skip
+    (root / "study.json").write_text(json.dumps({"config": {"recipe": place}, "fingerprint": None}))
+    (root / "beta.md").write_text(f"# report\nmade in {place}/out\nwall time {wall} min\n| a | {value} |\n")
+
+
+def test_only_volatile_keys_and_own_directories_may_differ(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _side(old, 1.0, 0.5, "/tree/old")
+    _side(new, 2.0, 0.5, "/tree/new")
+    assert differences(old, new, {"/tree/old": "ROOT"}, {"/tree/new": "ROOT"}) == []
+    (new / "runs" / "a" / "result.json").write_text(json.dumps({"identity": "x", "wall_seconds": 2.0, "mu": 0.6,
+                                                                 "path": [{"step": 1}]}))  # fmt: skip
+    (new / "beta.md").write_text("# report\nmade in /tree/new/out\nwall time 2.0 min\n| a | 0.6 |\n")
+    assert differences(old, new, {"/tree/old": "ROOT"}, {"/tree/new": "ROOT"}) == ["old/runs/a/result.json",
+                                                                                   "old/beta.md"]  # fmt: skip
+    (new / "extra.json").write_text("{}")
+    assert "old: the JSON files differ in name" in differences(old, new, {}, {})
