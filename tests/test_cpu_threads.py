@@ -1,5 +1,5 @@
 """`rlvr-div` makes torch's waiting OpenMP threads sleep instead of spin (rlvr_div/cpu_threads.py) unless the user
-chose a wait policy: beside another busy process, spinning threads slowed a tiny training step 3.6-3.9x
+chose a wait policy: beside another busy process, spinning threads slowed a tiny training step 3.1-3.9x
 (bench/bench_threads.py)."""
 
 import os
