@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from collapse_bench.beta_report import write_report
-from collapse_bench.beta_spec import load_study
+from collapse_bench.beta_spec import check_arm_names, load_study
 from collapse_bench.beta_study import STATE, run_study
 from collapse_bench.cli import toy_reference
 from collapse_bench.engine import study_lock
@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true", help="delete --out first and start over")
     p.add_argument("--report-only", action="store_true", help="only rewrite the report from the finished runs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--arms", help="train only these arms' missing runs this time (comma-separated names); the "
+                   "report still covers every finished run")  # fmt: skip
     return p
 
 
@@ -29,13 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div beta-study``."""
     args = build_parser().parse_args(argv)
     study = load_study(args.config)
+    arms = None if args.arms is None else tuple(a.strip() for a in args.arms.split(",") if a.strip())
+    if arms is not None:
+        check_arm_names(study, arms)  # before --fresh deletes anything and before the base loads
     out = Path(args.out)
     command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
     if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no β study to report on")
     with study_lock(out, "β study"):
         if not args.report_only:
-            run_study(study, out, fresh=args.fresh, progress=not args.quiet)
+            run_study(study, out, fresh=args.fresh, progress=not args.quiet, arms=arms)
         toy = toy_reference(out, sorted(study.betas, reverse=True))
         path = write_report(study, out, command.strip(), toy)
     print(f"report: {path}")

@@ -393,3 +393,12 @@ def run_identity(study: Study, run: StudyRun) -> str:
     if before is not None:  # a warm start is only as current as the run it starts from
         data["starts_from"] = run_identity(study, before)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_arm_names(study: Study, names: tuple[str, ...]) -> None:
+    """Raise a one-line :class:`ConfigError` naming the first of ``names`` that is not an arm of ``study``."""
+    arms = [a.name for a in study.arms]
+    unknown = [n for n in names if n not in arms]
+    if unknown or not names:
+        bad = repr(unknown[0]) if unknown else "an empty list"
+        raise ConfigError(f"--arms: {bad} names no arm of the study (its arms: {', '.join(arms)})")

@@ -41,7 +41,16 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from collapse_bench.beta_spec import SPLITS, Convergence, Study, StudyRun, predecessor, run_identity, study_runs
+from collapse_bench.beta_spec import (
+    SPLITS,
+    Convergence,
+    Study,
+    StudyRun,
+    check_arm_names,
+    predecessor,
+    run_identity,
+    study_runs,
+)
 from collapse_bench.engine import RESULT, logged, open_state, read_result, record_run, run_dir, run_pool, worker_code
 from collapse_bench.measure import (
     PER_PROMPT_PATH_KEYS,
@@ -377,16 +386,19 @@ def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> di
 # --------------------------------------------------------------------------------------------- all runs
 
 
-def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = True) -> int:
-    """Measure the base, then every run not finished yet (``workers`` at a time); returns how many runs were
-    trained. A failed run is reported in one line with its log and the others go on; the exit is then non-zero."""
+def run_study(
+    study: Study, out: Path, fresh: bool = False, progress: bool = True, arms: tuple[str, ...] | None = None
+) -> int:
+    """Measure the base, then every run not finished yet (``workers`` at a time; only those of ``arms`` when given);
+    returns how many runs were trained. A failed run is reported in one line with its log and the others go on; the
+    exit is then non-zero."""
     from tqdm.auto import tqdm
 
     open_state(out, STATE, asdict(study), fresh)
     t_start = time.time()
     base = measure_base(study, out)
     # seed by seed: every arm's first seed finishes before any arm's second, so a study cut short is balanced
-    todo = runs_to_do(study, out)
+    todo = runs_to_do(study, out, arms)
     failures: list[str] = []
     finished: set[StudyRun] = set()
     failed: set[StudyRun] = set()
@@ -418,11 +430,13 @@ def run_study(study: Study, out: Path, fresh: bool = False, progress: bool = Tru
     return len(todo)
 
 
-def runs_to_do(study: Study, out: Path) -> list[StudyRun]:
-    """The runs without a current result, seed by seed (every arm's first seed finishes before any arm's second, so
-    a study cut short is balanced), and the anneal runs whose end weights the next β needs but which are gone (a
-    fresh clone holds the results, not the weights): they run again."""
-    runs = study_runs(study)
+def runs_to_do(study: Study, out: Path, arms: tuple[str, ...] | None = None) -> list[StudyRun]:
+    """The runs without a current result (of ``arms`` only, when given), seed by seed (every arm's first seed
+    finishes before any arm's second, so a study cut short is balanced), and the anneal runs whose end weights the
+    next β needs but which are gone (a fresh clone holds the results, not the weights): they run again."""
+    if arms is not None:
+        check_arm_names(study, arms)
+    runs = [r for r in study_runs(study) if arms is None or r.arm in arms]
     todo = {r for r in runs if result_of(out, study, r) is None}
     for r in sorted(todo, key=lambda r: runs.index(r), reverse=True):
         before = predecessor(study, r)

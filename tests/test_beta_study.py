@@ -525,3 +525,21 @@ def test_the_lora_block_configs_change_one_setting_each():
         study = load_study(COUNTRIES.with_name(f"real_lm_countries_lora_{name}.yaml"))
         assert study.common == {**main.common, **settings} and study.primary is None
         assert [r.key for r in study_runs(study)] == ["grpo/none/seed1", "alpha_dpg/none/seed1"]
+
+
+def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_written(tmp_path):
+    """``--arms grpo`` leaves the other arms' missing runs for later, in the same seed-by-seed order; a name that is
+    no arm is one ConfigError line naming it, before the output directory exists."""
+    from collapse_bench.beta_cli import main
+    from collapse_bench.beta_study import runs_to_do
+
+    study = load_study(_write(tmp_path, BASE_CONFIG))
+    out = tmp_path / "out"
+    assert runs_to_do(study, out, ("grpo",)) == [StudyRun("grpo", None, 1), StudyRun("grpo", None, 2)]
+    both = runs_to_do(study, out, ("rkl", "grpo"))
+    assert both == [r for r in runs_to_do(study, out) if r.arm in ("rkl", "grpo")] and len(both) == 6
+    with pytest.raises(ConfigError, match=r"--arms: 'grop' names no arm of the study \(its arms: exact, grpo, rkl\)"):
+        main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--arms", "grpo,grop", "--fresh"])
+    with pytest.raises(ConfigError, match="--arms: an empty list"):
+        main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--arms", " , "])
+    assert not out.exists()
