@@ -1,6 +1,6 @@
-"""Behaviour unchanged across a change of the study code: the smoke collapse grid (``tests/fixtures/
-collapse_smoke.yaml``, 8 runs) and a small β study (exact, point and sampled arms, 8 runs) are trained by an older
-commit and by this checkout, then every JSON file and every report line of the two are compared, the keys that
+"""Behaviour unchanged across a change of the study or training code: the smoke collapse grid (``tests/fixtures/
+collapse_smoke.yaml``, 8 runs) and a small β study (exact, point, sampled and α-DPG arms, 10 runs) are trained by an
+older commit and by this checkout, then every JSON file and every report line of the two are compared, the keys that
 record time or the code commit aside.
 
     python -m collapse_bench.before_after --old COMMIT [--out /tmp/before_after]
@@ -39,6 +39,7 @@ arms:
   - {{name: exact, kind: exact}}
   - {{name: grpo, kind: point, recipe: {root}/recipes/tiny/grpo.yaml}}
   - {{name: rkl, recipe: {root}/recipes/tiny/grpo_reverse_kl.yaml, key: divergence_coef}}
+  - {{name: alpha_dpg, kind: point, recipe: {root}/recipes/tiny/alpha_dpg.yaml}}
 """
 RUN_STUDY = (
     "import sys\nfrom pathlib import Path\nfrom collapse_bench.beta_report import write_report\n"

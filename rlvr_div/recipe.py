@@ -401,7 +401,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
     for plugin in active_plugins(training):  # the plug-ins' checks against task and rewards
         plugin.check_task(training, script.task, spec, rewards)
-    check_entropy_bonus(training, script.trainer)
+    check_entropy_bonus(training)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)
     with relative_path_hint(model.model_name_or_path):

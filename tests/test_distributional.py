@@ -19,6 +19,7 @@ from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.common import group_diversity
 from rlvr_div.trainers.distributional import (
+    REF_BETA,
     DPGConfig,
     check_dpg,
     divergence_estimate,
@@ -34,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny" / "alpha_dpg.yaml")
 DPG_SPEC = (
     "dpg",
-    "rlvr_div.trainers.distributional:DPGConfig",
-    "rlvr_div.trainers.distributional:DPGTrainer",
+    "rlvr_div.trainers.dpg_trainer:DPGConfig",
+    "rlvr_div.trainers.dpg_trainer:DPGTrainer",
     "α-DPG / f-DPG: policy gradient toward the filtered model p* = base(·|valid)",
 )
 # Until `dpg` is registered in rlvr_div/trainers/__init__.py, the tests register it themselves (a no-op afterwards).
@@ -231,6 +232,27 @@ def test_reinforce_loss_value_and_gradient():
 def test_check_dpg(args, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_dpg(*args)
+
+
+def test_dpg_is_a_plug_in_of_the_grpo_trainer(tmp_path):
+    """``trainer: dpg`` is the GRPO config with the ``dpg`` plug-in selected; ``dpg: true`` on the divergence trainer
+    selects the same; its keys act only then; TRL's beta is its reference switch, and a resolved recipe's beta
+    (REF_BETA) reads back without turning the divergence term on."""
+    from rlvr_div.trainers.grpo import DivergenceGRPOConfig
+    from rlvr_div.trainers.plugin import active_plugins
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False)
+    selected = DivergenceGRPOConfig(**common, dpg=True, dpg_alpha=0.5)
+    preset = DPGConfig(**common, dpg_alpha=0.5)
+    for cfg in (selected, preset):
+        assert [p.name for p in active_plugins(cfg)] == ["dpg"] and cfg.beta == REF_BETA and cfg.divergence_coef == 0
+    assert selected.to_dict() == preset.to_dict()
+    again = DPGConfig(**common, beta=REF_BETA)  # what a resolved recipe.yaml records
+    assert [p.name for p in active_plugins(again)] == ["dpg"] and not again.divergence_active
+    with pytest.raises(ConfigError, match=r"^dpg_alpha=0.5 acts only with trainer: dpg$"):
+        DivergenceGRPOConfig(**common, dpg_alpha=0.5)
+    with pytest.raises(ConfigError, match=r"^validity_reward_index must be >= 0, got -1$"):
+        DivergenceGRPOConfig(**common, validity_reward_index=-1)  # every trainer of the project, not only dpg
 
 
 def test_config_manages_beta(tmp_path):
@@ -495,7 +517,8 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
         (["--dpg_divergence", "reverse_kl"], "unknown dpg_divergence 'reverse_kl'"),
         (["--dpg_clip", "-1"], "dpg_clip"),
         (["--beta", "0.04"], "no KL term"),
-        (["--num_generations", "1", "--per_device_train_batch_size", "8"], "num_generations >= 2"),
+        # TRL's own check (GRPO needs 2), before the plug-in's: the leave-one-out baseline needs 2 as well
+        (["--num_generations", "1", "--per_device_train_batch_size", "8"], "at least 2 generations per prompt"),
         (["--dpg_alpha", "0"], "dpg_alpha must be in (0, 1)"),
         (["--dpg_alpha", "1"], "dpg_alpha must be in (0, 1)"),
         (["--dpg_alpha", "-0.5"], "dpg_alpha must be in (0, 1)"),
@@ -507,6 +530,9 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
         (["--validity_reward_index", "-1"], "validity_reward_index must be >= 0"),
         (["--use_vllm", "true", "--vllm_importance_sampling_mode", "token_truncate"], "sequence_mask"),
         (["--dpg_alpha", "abc"], "dpg_alpha"),
+        # the loss is replaced: another plug-in's term would not act, so it is refused
+        (["--divergence", "reverse_kl", "--divergence_coef", "0.1"], "dpg and divergence both act on the loss"),
+        (["--reward_shaping", "rloo", "--scale_rewards", "none"], "dpg and rloo both act on the advantages (dpg"),
     ],
 )
 def test_bad_settings_fail_in_one_line(extra, message, capsys, no_model_loads, tmp_path):

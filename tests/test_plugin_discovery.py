@@ -76,7 +76,7 @@ def _remove() -> None:
 
 def test_a_method_is_added_by_its_module_alone_and_removed_by_deleting_it():
     before = _probe()
-    assert not before["has_key"] and before["modules"][0] == "rlvr_div.trainers.divergence_term"
+    assert not before["has_key"] and before["modules"][0] == "rlvr_div.trainers.distributional"
     (PACKAGE / f"{NAME}.py").write_text(MODULE)
     try:
         added = _probe()

@@ -196,8 +196,8 @@ def test_an_override_trl_no_longer_calls_is_reported(monkeypatch):
     monkeypatch.setattr(GRPOTrainer, "_prepare_inputs", _prepare_inputs_elsewhere)
     problems = check_name(entry("_generate_and_score_completions"))
     assert problems == [
-        "trl:GRPOTrainer._generate_and_score_completions (override in rlvr_div/trainers/grpo.py, "
-        "rlvr_div/trainers/distributional.py): trl:GRPOTrainer._prepare_inputs no longer calls it"
+        "trl:GRPOTrainer._generate_and_score_completions (override in rlvr_div/trainers/grpo.py): "
+        "trl:GRPOTrainer._prepare_inputs no longer calls it"
     ]
 
 

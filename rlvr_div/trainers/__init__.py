@@ -45,8 +45,8 @@ TRAINERS.add(
     "dpg",
     TrainerSpec(
         "dpg",
-        "rlvr_div.trainers.distributional:DPGConfig",
-        "rlvr_div.trainers.distributional:DPGTrainer",
+        "rlvr_div.trainers.dpg_trainer:DPGConfig",
+        "rlvr_div.trainers.dpg_trainer:DPGTrainer",
         "α-DPG / f-DPG: policy gradient toward the filtered model p* = a(·|valid)",
     ),
 )

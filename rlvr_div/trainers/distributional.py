@@ -30,15 +30,17 @@ generation), with sequence log-probs L_i = log π_old(y_i|x), L^ref_i = log a(y_
   (``num_iterations`` > 1 or generation batches reused across steps) w_i is the importance weight π_θ/π_old of the
   whole sequence, so the gradient stays the on-policy one in expectation. No clipping, no KL term.
 
-Everything is computed from gathered tensors (a group may span processes). The reference log-probs are TRL's:
-``DPGConfig`` sets TRL's ``beta`` to a non-zero value internally so that TRL computes ``ref_per_token_logps`` (a
-reference copy of the model, or the adapter-disabled base under LoRA), but ``_compute_loss`` is replaced entirely,
-so no KL term is ever added. Validity is ``score == 1`` of the reward function at ``validity_reward_index``; the
-other reward functions are still computed and logged by TRL but do not enter the loss. TRL's ``loss_type``,
-``epsilon``, ``scale_rewards`` and ``top_entropy_quantile`` do not apply; TRL's entropy bonus (``entropy_coef``,
-``use_adaptive_entropy``) is subtracted from the loss as TRL does it (``rlvr_div.trainers.entropy_bonus``). With
-vLLM, sampler/trainer mismatch is corrected by TRL's sequence-level importance ratio
-(``vllm_importance_sampling_mode`` sequence_*).
+A plug-in of the GRPO trainer (:class:`DPG`, selected by ``trainer: dpg`` or ``dpg: true``; ``DPGConfig`` and
+``DPGTrainer`` in :mod:`rlvr_div.trainers.dpg_trainer` preselect it): its advantages replace TRL's and its loss
+replaces GRPO's, so no other plug-in may be active beside it. Everything is computed from gathered tensors (a group
+may span processes). The reference log-probs are TRL's: while the plug-in is active TRL's ``beta`` is set to a
+non-zero value so that TRL computes ``ref_per_token_logps`` (a reference copy of the model, or the adapter-disabled
+base under LoRA), but the loss is replaced entirely, so no KL term is ever added. Validity is ``score == 1`` of the
+reward function at ``validity_reward_index``; the other reward functions are still computed and logged by TRL but do
+not enter the loss. TRL's ``loss_type``, ``epsilon``, ``scale_rewards`` and ``top_entropy_quantile`` do not apply;
+TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) is subtracted from the loss as TRL does it
+(``rlvr_div.trainers.entropy_bonus``). With vLLM, sampler/trainer mismatch is corrected by TRL's sequence-level
+importance ratio (``vllm_importance_sampling_mode`` sequence_*).
 Logged: ``dpg/z_mean`` (mean Ẑ over groups), ``dpg/no_valid_frac`` (groups whose Ẑ is floored), ``dpg/invalid_frac``,
 ``dpg/pseudo_reward_{min,mean,max}``, ``dpg/divergence`` (the batch estimate of D_f(π‖p*), see
 ``divergence_estimate``), ``dpg/clip_frac`` (fraction clipped at M), ``dpg/is_weight_mean`` (off-policy only), and
@@ -54,18 +56,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.common import (
-    checked_init_arguments,
-    completion_mask,
-    log_group_diversity,
-    policy_logps_no_grad,
-    replace_advantages,
-)
+from rlvr_div.trainers.common import completion_mask, policy_logps_no_grad
 from rlvr_div.trainers.entropy_bonus import entropy_bonus
+from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
 
 DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
 REF_BETA = 1.0  # TRL's `beta` while training with DPG: only switches on TRL's reference log-probs, never a KL term
@@ -237,13 +233,16 @@ def reinforce_loss(
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Config and trainer
+# The plug-in
 
 
 @dataclass
-class DPGConfig(GRPOConfig):
-    """``GRPOConfig`` plus α-DPG settings. ``beta`` is managed internally (see the module docstring): leave it 0."""
+class DPGArgs:
+    """Recipe keys of α-DPG / f-DPG (``trainer: dpg`` selects it; the keys act only then)."""
 
+    dpg: bool = field(
+        default=False, metadata={"help": "Train toward p* with DPG in place of GRPO's loss (trainer: dpg sets it)."}
+    )
     dpg_divergence: str = field(
         default="alpha", metadata={"help": "Divergence to p* descended: alpha (α-DPG), forward_kl, js."}
     )
@@ -255,89 +254,88 @@ class DPGConfig(GRPOConfig):
     dpg_z_floor: float = field(
         default=1e-4, metadata={"help": "Ẑ of a group with no valid sample (keeps log Ẑ finite)."}
     )
-    validity_reward_index: int = field(
-        default=0, metadata={"help": "Which reward function decides validity v (score == 1)."}
-    )
 
-    def __post_init__(self) -> None:
-        self.check_dpg()
-        if self.beta not in (0.0, REF_BETA):
-            raise ConfigError(
-                f"beta={self.beta} is set with trainer 'dpg', whose loss has no KL term; remove beta from the recipe"
-            )
-        # makes TRL compute reference log-probs (DPGTrainer._compute_loss adds no KL); REF_BETA itself is accepted
-        # above so that a resolved recipe (which records beta = REF_BETA) can be read back
-        self.beta = REF_BETA
-        super().__post_init__()
 
-    def check_dpg(self) -> None:
-        """One-line errors for the DPG keys (called before any model loads)."""
-        check_dpg(self.dpg_divergence, self.dpg_alpha, self.dpg_clip, self.dpg_z_floor)
-        if self.validity_reward_index < 0:
-            raise ConfigError(f"validity_reward_index must be >= 0, got {self.validity_reward_index}")
-        if self.num_generations is not None and self.num_generations < 2:
+class DPG(GRPOPlugin):
+    """α-DPG / f-DPG as the whole objective: its advantages replace TRL's and its loss replaces GRPO's (see the
+    module docstring); TRL supplies generation, rewards and the reference log-probs (``reference_coef``)."""
+
+    name = "dpg"
+    Args = DPGArgs
+    selected_by = "trainer: dpg"
+    switches = ("dpg",)
+    replaces_loss = True
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__(trainer)
+        self._valid: torch.Tensor | None = None
+
+    @classmethod
+    def active(cls, args: Any) -> bool:
+        return bool(args.dpg)
+
+    @classmethod
+    def prepare(cls, args: Any) -> None:
+        if not args.dpg:
+            return
+        check_dpg(args.dpg_divergence, args.dpg_alpha, args.dpg_clip, args.dpg_z_floor)
+        # REF_BETA is accepted so that a resolved recipe (which records TRL's beta = REF_BETA) can be read back
+        if args.beta not in (None, 0.0, REF_BETA):
             raise ConfigError(
-                f"trainer 'dpg' needs num_generations >= 2 (leave-one-out baseline), got {self.num_generations}"
+                f"beta={args.beta} is set with trainer 'dpg', whose loss has no KL term; remove beta from the recipe"
             )
+        args.beta = None  # no divergence term: TRL's beta is this plug-in's reference switch (reference_coef)
         if (
-            self.use_vllm
-            and self.vllm_importance_sampling_correction
-            and self.vllm_importance_sampling_mode.startswith("token")
+            args.use_vllm
+            and args.vllm_importance_sampling_correction
+            and args.vllm_importance_sampling_mode.startswith("token")
         ):
             raise ConfigError(
                 f"trainer 'dpg' weights whole sequences: set vllm_importance_sampling_mode to sequence_mask or "
-                f"sequence_truncate, not {self.vllm_importance_sampling_mode!r}"
+                f"sequence_truncate, not {args.vllm_importance_sampling_mode!r}"
+            )
+        if args.top_entropy_quantile < 1.0:
+            raise ConfigError(
+                f"top_entropy_quantile={args.top_entropy_quantile} does not act with trainer 'dpg' (its loss weighs "
+                "whole sequences); remove it"
             )
 
+    @classmethod
+    def reference_coef(cls, args: Any) -> float:
+        return REF_BETA  # TRL computes the reference log-probs; the loss adds no KL term
 
-class DPGTrainer(GRPOTrainer):
-    """α-DPG / f-DPG on top of TRL's generation, reward and reference machinery (see the module docstring)."""
+    def on_rewards(self, rewards_per_func: torch.Tensor, prompts: list[Any], completions: list[Any],
+                   valid: torch.Tensor, stats: dict[str, float]) -> None:  # fmt: skip
+        self._valid = valid  # gathered; NaN → invalid
 
-    _tag_names = ["trl", "grpo", "rlvr-div", "dpg"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # checked before GRPOTrainer.__init__ loads the model from its path
-        checked_init_arguments(self, args, kwargs)
-        super().__init__(*args, **kwargs)
-        self._dpg_valid: torch.Tensor | None = None
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._dpg_valid = rewards_per_func[:, self.args.validity_reward_index] == 1.0  # gathered; NaN → invalid
-        log_group_diversity(self, self._dpg_valid, completions)
-        return rewards_per_func
-
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        group = self.num_generations if mode == "train" else self.num_generations_eval
-        mask = completion_mask(output)
-        policy = output.get("old_per_token_logps")
+    def advantages(self, out: dict[str, Any]) -> torch.Tensor:
+        """The DPG advantages of a scored batch (train or eval), from π_old's, the reference's and (vLLM) the
+        sampler's sequence log-probs."""
+        trainer, a = self.trainer, self.trainer.args
+        mode = "train" if trainer.model.training else "eval"
+        group = trainer.num_generations if mode == "train" else trainer.num_generations_eval
+        mask = completion_mask(out)
+        policy = out.get("old_per_token_logps")
         if policy is None:  # on-policy: TRL skipped π_old; one no-grad forward gives L_i
-            a = self.args
-            policy = policy_logps_no_grad(
-                self, output, a.per_device_train_batch_size if mode == "train" else a.per_device_eval_batch_size
-            )
-        local_policy = (policy * mask).sum(-1)
-        local_ref = (output["ref_per_token_logps"] * mask).sum(-1)
-        policy_seq = self.accelerator.gather(local_policy.float())
-        ref_seq = self.accelerator.gather(local_ref.float())
+            size = a.per_device_train_batch_size if mode == "train" else a.per_device_eval_batch_size
+            policy = policy_logps_no_grad(trainer, out, size)
+        policy_seq = trainer.accelerator.gather((policy * mask).sum(-1).float())
+        ref_seq = trainer.accelerator.gather((out["ref_per_token_logps"] * mask).sum(-1).float())
         sampler_seq = None
-        sampler = output.get("sampling_per_token_logps")  # vLLM: the samples came from the sampler's distribution
+        sampler = out.get("sampling_per_token_logps")  # vLLM: the samples came from the sampler's distribution
         if sampler is not None:  # a token vLLM could not score (NaN) counts at π_old's value, as TRL's IS ratio does
             sampler = torch.where(torch.isnan(sampler), policy, sampler)
-            sampler_seq = self.accelerator.gather((sampler * mask).sum(-1).float())
-        valid = self._dpg_valid.to(policy_seq.device)
-        a = self.args
+            sampler_seq = trainer.accelerator.gather((sampler * mask).sum(-1).float())
+        valid = self._valid.to(policy_seq.device)
         batch = dpg_advantages(
             policy_seq, ref_seq, valid, group, a.dpg_divergence, a.dpg_alpha, a.dpg_clip, a.dpg_z_floor, sampler_seq
         )
-        output["advantages"] = replace_advantages(self, batch.advantages.to(mask.device), output)
-        self._log_dpg(batch, valid, mode)
-        return output
+        self._log(batch, valid, mode)
+        return batch.advantages.to(mask.device)
 
-    def _log_dpg(self, batch: DPGBatch, valid: torch.Tensor, mode: str) -> None:
-        metrics = trl_seam.metrics(self, mode)
+    def _log(self, batch: DPGBatch, valid: torch.Tensor, mode: str) -> None:
+        metrics = trl_seam.metrics(self.trainer, mode)
+        args = self.trainer.args
         has_valid = valid.view(batch.log_z.numel(), -1).any(dim=1)
         metrics["dpg/z_mean"].append(batch.log_z.exp().mean().item())
         metrics["dpg/no_valid_frac"].append((~has_valid).float().mean().item())
@@ -345,18 +343,23 @@ class DPGTrainer(GRPOTrainer):
         metrics["dpg/pseudo_reward_min"].append(batch.rewards.min().item())
         metrics["dpg/pseudo_reward_mean"].append(batch.rewards.mean().item())
         metrics["dpg/pseudo_reward_max"].append(batch.rewards.max().item())
-        divergence = divergence_estimate(batch.log_t, self.args.dpg_divergence, self.args.dpg_alpha)
+        divergence = divergence_estimate(batch.log_t, args.dpg_divergence, args.dpg_alpha)
         metrics["dpg/divergence"].append(divergence.mean().item())
-        metrics["dpg/clip_frac"].append((batch.rewards >= self.args.dpg_clip - 1e-9).float().mean().item())
+        metrics["dpg/clip_frac"].append((batch.rewards >= args.dpg_clip - 1e-9).float().mean().item())
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-        """Sequence-level REINFORCE with the DPG advantages: −mean_i(w_i·A_i)/L_max (see ``reinforce_loss``)."""
+    def wrap_loss(self, loss: LossFn) -> LossFn:
+        return self._loss  # GRPO's loss (``loss``) is replaced, not wrapped
+
+    def _loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        """Sequence-level REINFORCE with the DPG advantages: −mean_i(w_i·A_i)/L_max (see ``reinforce_loss``), minus
+        TRL's entropy bonus when it is on."""
+        trainer = self.trainer
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids = inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, inputs["completion_mask"]], dim=1)
         mask = completion_mask(inputs)
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
         )
         seq = (logps * mask).sum(-1)
@@ -365,17 +368,31 @@ class DPGTrainer(GRPOTrainer):
         behaviour = inputs.get("importance_sampling_ratio")  # vLLM: π_old/π_sampler, (B, 1) in sequence modes
         if behaviour is not None:
             behaviour = behaviour.view(behaviour.size(0), -1)[:, 0]
-        loss = reinforce_loss(seq, inputs["advantages"], old_seq, float(self.max_completion_length), behaviour)
-        mode = "train" if self.model.training else "eval"
+        loss = reinforce_loss(seq, inputs["advantages"], old_seq, float(trainer.max_completion_length), behaviour)
+        mode = "train" if trainer.model.training else "eval"
         if mode == "train":
-            loss = loss / self.current_gradient_accumulation_steps
-        if trl_seam.entropy_bonus_enabled(self):  # TRL's entropy bonus, which this loss replaces (entropy_bonus.py)
-            loss = loss - entropy_bonus(self, entropies, mask)
-        totals = self.accelerator.reduce(
+            loss = loss / trainer.current_gradient_accumulation_steps
+        if trl_seam.entropy_bonus_enabled(trainer):  # TRL's entropy bonus, which this loss replaces (entropy_bonus.py)
+            loss = loss - entropy_bonus(trainer, entropies, mask)
+        totals = trainer.accelerator.reduce(
             torch.stack([(entropies.detach() * mask).sum(), mask.sum().float()]), reduction="sum"
         )
-        trl_seam.metrics(self, mode)["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        trl_seam.metrics(trainer, mode)["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
         if old_seq is not None:
             w = torch.exp((seq.detach() - old_seq).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-            trl_seam.metrics(self, mode)["dpg/is_weight_mean"].append(self.accelerator.gather(w).mean().item())
+            trl_seam.metrics(trainer, mode)["dpg/is_weight_mean"].append(trainer.accelerator.gather(w).mean().item())
         return loss
+
+
+PLUGINS = (DPG,)
+ORDER = 5  # first: its check takes TRL's beta before the divergence term reads it (rlvr_div/trainers/plugin.py)
+
+
+def __getattr__(name: str) -> Any:
+    """``DPGConfig`` and ``DPGTrainer`` (``trainer: dpg``) live in :mod:`rlvr_div.trainers.dpg_trainer`, which imports
+    the GRPO trainer and so cannot be imported by this plug-in module; the old import path still works."""
+    if name in ("DPGConfig", "DPGTrainer"):
+        from rlvr_div.trainers import dpg_trainer
+
+        return getattr(dpg_trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,8 @@ bonus is applied only while the last step's entropy was ≤ ``entropy_target``. 
 checkpoint (``entropy_ctrl_state.json``).
 
 ``grpo`` (TRL's own trainer) and ``divergence`` (whose loss is TRL's plus its own terms) get the bonus from TRL.
-``dpg`` replaces TRL's loss, so :func:`entropy_bonus` adds the same term, with the same controller state, to it.
+α-DPG (the ``dpg`` plug-in, ``trainer: dpg``) replaces TRL's loss, so :func:`entropy_bonus` adds the same term,
+with the same controller state, to it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rlvr_div.trainers import trl_seam
 ADAPTIVE_KEYS = ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
 
 
-def check_entropy_bonus(training: Any, trainer: str) -> None:
+def check_entropy_bonus(training: Any) -> None:
     """One-line ConfigError for entropy settings that are invalid or would do nothing, before any model loads."""
     coef = training.entropy_coef
     if not math.isfinite(coef) or coef < 0:
@@ -48,11 +49,6 @@ def check_entropy_bonus(training: Any, trainer: str) -> None:
             raise ConfigError(f"entropy_target must be > 0 nats, got {training.entropy_target}")
         if hi == 0:
             raise ConfigError("entropy_coef_max is 0: the adaptive entropy bonus could never act")
-    if trainer == "dpg" and training.top_entropy_quantile < 1.0:
-        raise ConfigError(
-            f"top_entropy_quantile={training.top_entropy_quantile} does not act with trainer 'dpg' (its loss weighs "
-            "whole sequences); remove it"
-        )
 
 
 def entropy_bonus(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

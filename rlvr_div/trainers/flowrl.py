@@ -51,11 +51,9 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, distributed_backend
-from rlvr_div.trainers.plugin import GRPOPlugin, plugin_classes
+from rlvr_div.trainers.plugin import GRPOPlugin
 
 STATE_FILE = "flowrl_log_z.pt"  # the log Z head's weights, in every checkpoint folder
-# hooks through which another plug-in changes the policy loss or its advantages: FlowRL's loss replaces both
-LOSS_HOOKS = ("forward", "advantages", "wrap_loss", "before_loss", "loss_term")
 # the multimodal inputs TRL's loss forward passes on (as its own _compute_loss does): the parameters of the per-token
 # forward after compute_aux_loss, as the seam lists them
 _FORWARD = next(e for e in trl_seam.TRL_NAMES if e.label == f"{trl_seam.GRPO}._get_per_token_logps_and_entropies")
@@ -93,10 +91,10 @@ class FlowRLArgs:
 
 def check_flowrl(args: Any) -> None:
     """One-line ConfigErrors (its keys' ranges and "acts only with flowrl: true" are declared in :class:`FlowRL`): a
-    ``flowrl`` that is not a boolean, a setting FlowRL's loss would silently drop (another plug-in's loss term,
-    advantages or loss wrapper; TRL's entropy bonus, ``delta``, sequence-level importance sampling, off-policy mask
-    and vLLM importance-sampling correction), or a DeepSpeed or FSDP run (whose optimizer would not train the log Z
-    head)."""
+    ``flowrl`` that is not a boolean, a setting FlowRL's loss would silently drop (TRL's entropy bonus, ``delta``,
+    sequence-level importance sampling, off-policy mask and vLLM importance-sampling correction; another plug-in's
+    loss term, advantages or loss wrapper is refused by :func:`~rlvr_div.trainers.plugin.check_loss_owners`), or a
+    DeepSpeed or FSDP run (whose optimizer would not train the log Z head)."""
     flowrl = args.flowrl
     if not isinstance(flowrl, bool):
         raise ConfigError(f"flowrl must be true or false, got {flowrl!r}")
@@ -140,16 +138,6 @@ def check_flowrl(args: Any) -> None:
             "flowrl replaces TRL's policy loss, so its entropy bonus and top_entropy_quantile would not act: set "
             "entropy_coef: 0, use_adaptive_entropy: false, top_entropy_quantile: 1"
         )
-    for other in plugin_classes():
-        if other is FlowRL or not other.active(args):
-            continue
-        hooks = [h for h in LOSS_HOOKS if getattr(other, h) is not getattr(GRPOPlugin, h)]
-        if hooks:
-            what = "advantages" if "advantages" in hooks else "loss"
-            raise ConfigError(
-                f"flowrl and {other.name} both act on the {what} (flowrl replaces GRPO's policy loss and takes TRL's "
-                "group advantages as r̂); use one"
-            )
 
 
 class LogPartition(nn.Module):
@@ -245,6 +233,7 @@ class FlowRL(GRPOPlugin):
     Args = FlowRLArgs
     selected_by = "flowrl: true"
     switches = ("flowrl",)
+    replaces_loss = True  # it takes TRL's group advantages as r̂ and replaces the policy loss
     ranges = {"flowrl_beta": POSITIVE, "flowrl_logz_layers": AT_LEAST_ONE, "flowrl_logz_dropout": HALF_OPEN_UNIT}
 
     def __init__(self, trainer: Any) -> None:

@@ -1,6 +1,6 @@
 """GRPO with plug-in extensions: the divergence to the reference, DPH-RL rehearsal, reward and advantage shaping,
-Clip-Cov/KL-Cov, the sequence KL in the reward and the validity-target controller are each a plug-in
-(:mod:`rlvr_div.trainers.plugin`), one module per method.
+Clip-Cov/KL-Cov, the sequence KL in the reward, the validity-target controller and α-DPG (which replaces the loss)
+are each a plug-in (:mod:`rlvr_div.trainers.plugin`), one module per method.
 
 ``DivergenceGRPOTrainer`` subclasses ``trl.GRPOTrainer`` with the smallest overrides that let plug-ins act, and no
 method of its own: TRL computes the policy loss with its own KL switched off (the divergence term is the
@@ -8,7 +8,7 @@ method of its own: TRL computes the policy loss with its own KL switched off (th
 
 - may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs;
 - see every scored batch (gathered rewards and validity) and may replace a training batch's advantages;
-- may wrap the whole loss and add terms to TRL's policy loss;
+- may wrap the whole loss (or replace it: α-DPG, alone) and add terms to TRL's policy loss;
 - keep state in checkpoints (written before ``trainer_state.json``, which marks a checkpoint complete).
 
 ``DivergenceGRPOConfig`` is ``GRPOConfig`` plus every plug-in's recipe keys (its ``Args`` mixin) and
@@ -35,7 +35,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.common import checked_init_arguments, log_group_diversity, replace_advantages
-from rlvr_div.trainers.plugin import GRPOPlugin, plugin_args, plugin_classes
+from rlvr_div.trainers.plugin import GRPOPlugin, check_loss_owners, plugin_args, plugin_classes
 
 PLUGIN_CLASSES: tuple[type[GRPOPlugin], ...] = tuple(plugin_classes())
 
@@ -53,7 +53,10 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
         for plugin in PLUGIN_CLASSES:  # one-line checks, in their modules' ORDER: the declared ones, then its own
             plugin.check_declared(self)
             plugin.prepare(self)
+        if self.validity_reward_index < 0:
+            raise ConfigError(f"validity_reward_index must be >= 0, got {self.validity_reward_index}")
         active = [p for p in PLUGIN_CLASSES if p.active(self)]
+        check_loss_owners(active)
         shapers = [p.name for p in active if p.advantages is not GRPOPlugin.advantages]
         if len(shapers) > 1:
             raise ConfigError(f"{' and '.join(shapers)} both set the advantages; use one")

@@ -19,7 +19,10 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   of every such forward), ``on_rewards`` (the gathered rewards and validity of a batch), ``advantages`` (replace
   TRL's advantages: at most one active plug-in may), ``wrap_loss`` (run around the whole loss), ``before_loss`` and
   ``loss_term`` (a term added to TRL's policy loss), ``save``/``load`` (state that travels with checkpoints);
-- ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs).
+- ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs);
+- ``replaces_loss``: True when its ``wrap_loss`` replaces GRPO's policy loss rather than wrapping it (α-DPG,
+  FlowRL): another active plug-in that acts on the loss or the advantages (:data:`LOSS_HOOKS`) would not act, and is
+  refused (:func:`check_loss_owners`).
 
 Its module assigns ``PLUGINS`` (its plug-in classes) and ``ORDER`` (an integer: the plug-ins' checks, hooks and loss
 terms run in ``ORDER``); :func:`plugin_modules` finds every such module of the package, so nothing else registers it.
@@ -46,6 +49,8 @@ from rlvr_div.ranges import Range, is_integer_field, out_of_range
 PLUGIN_PACKAGE = "rlvr_div.trainers"  # where plug-in modules live
 
 LossFn = Callable[[Any, dict[str, Any]], torch.Tensor]
+# the hooks through which a plug-in changes the policy loss or its advantages
+LOSS_HOOKS = ("forward", "advantages", "wrap_loss", "before_loss", "loss_term")
 
 
 class GRPOPlugin:
@@ -56,6 +61,7 @@ class GRPOPlugin:
     selected_by: ClassVar[str | None] = None  # how a recipe selects it; then its other keys act only when selected
     switches: ClassVar[tuple[str, ...]] = ()  # the Args keys that select it (exempt from "acts only when selected")
     ranges: ClassVar[dict[str, Range]] = {}  # its number keys' allowed values (an ``int`` field: integers)
+    replaces_loss: ClassVar[bool] = False  # its wrap_loss replaces GRPO's loss (see check_loss_owners)
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -188,6 +194,18 @@ def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return []
     return [cls for cls in plugin_classes() if cls.active(args)]
+
+
+def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
+    """One-line ConfigError when an active plug-in that replaces GRPO's loss (``replaces_loss``) runs beside another
+    that acts on the loss or the advantages through a :data:`LOSS_HOOKS` hook: that one's change would be dropped."""
+    for owner in (p for p in active if p.replaces_loss):
+        for other in active:
+            hooks = [h for h in LOSS_HOOKS if getattr(other, h) is not getattr(GRPOPlugin, h)]
+            if other is not owner and hooks:
+                what = "advantages" if "advantages" in hooks else "loss"
+                raise ConfigError(f"{owner.name} and {other.name} both act on the {what} ({owner.name} replaces "
+                                  "GRPO's policy loss); use one")  # fmt: skip
 
 
 def train_dataset_of(args: Any) -> Any:

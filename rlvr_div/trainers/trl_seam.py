@@ -9,8 +9,8 @@ must be listed here). On a TRL upgrade: run that test, and for each name it repo
 override or access, then update its entry here (docs/methods.md, "The TRL seam").
 
 Private state (``_metrics``, ``_logs``, the entropy controller's) is read and written only through the accessors at
-the end of this module; methods are overridden where they are (``rlvr_div/trainers/grpo.py``,
-``rlvr_div/trainers/distributional.py``) and listed here.
+the end of this module; methods are overridden where they are (``rlvr_div/trainers/grpo.py``; the plug-ins act
+through its hooks) and listed here.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class TRLName:
 
 GRPO_PY = "rlvr_div/trainers/grpo.py"
 DPG_PY = "rlvr_div/trainers/distributional.py"
+DPG_TRAINER_PY = "rlvr_div/trainers/dpg_trainer.py"
 COMMON_PY = "rlvr_div/trainers/common.py"
 SEAM_PY = "rlvr_div/trainers/trl_seam.py"
 TRAIN_PY = "rlvr_div/train.py"
@@ -82,20 +83,21 @@ TRL_NAMES: tuple[TRLName, ...] = (
              "on as **kwargs; FlowRL's loss runs it in place of TRL's _compute_loss",
     ),
     TRLName(
-        GRPO, "_compute_loss", "method", ("override", "read"), (GRPO_PY, DPG_PY),
+        GRPO, "_compute_loss", "method", ("override", "read"), (GRPO_PY,),
         params=("self", "model", "inputs"), used_by=(f"{GRPO}.compute_loss",),
-        note="divergence: TRL's policy loss with its KL off, plus the plug-ins' terms; dpg: replaced entirely",
+        note="TRL's policy loss with its KL off, plus the plug-ins' terms, inside their wrappers (the dpg plug-in's "
+             "replaces it)",
     ),
     TRLName(
-        GRPO, "_calculate_rewards", "method", ("override",), (GRPO_PY, DPG_PY),
+        GRPO, "_calculate_rewards", "method", ("override",), (GRPO_PY,),
         params=("self", "inputs", "prompts", "completions", "completion_ids_list"),
         used_by=(f"{GRPO}._generate_and_score_completions",),
         note="gathered rewards (N, K): validity, diversity metrics, the plug-ins' on_rewards",
     ),
     TRLName(
-        GRPO, "_generate_and_score_completions", "method", ("override",), (GRPO_PY, DPG_PY),
+        GRPO, "_generate_and_score_completions", "method", ("override",), (GRPO_PY,),
         params=("self", "inputs"), used_by=(f"{GRPO}._prepare_inputs",),
-        note="replaces the batch's advantages (plug-ins, DPG)",
+        note="replaces the batch's advantages (plug-ins: shapings, DPG)",
     ),
     TRLName(
         GRPO, "_save_checkpoint", "method", ("override",), (GRPO_PY,),
@@ -107,7 +109,8 @@ TRL_NAMES: tuple[TRLName, ...] = (
         params=("self", "checkpoint"), used_by=(f"{TRAINER}._prepare_for_training",),
         note="the plug-ins' state, read back on resume",
     ),
-    TRLName(GRPO, "_tag_names", "class_attribute", ("override",), (GRPO_PY, DPG_PY), note="model-card tags"),
+    TRLName(GRPO, "_tag_names", "class_attribute", ("override",), (GRPO_PY, DPG_TRAINER_PY),
+            note="model-card tags"),
     # -- GRPOTrainer state, read and written through the accessors at the end of this module
     TRLName(
         GRPO, "_metrics", "instance_attribute", ("read", "write"), (SEAM_PY,),
