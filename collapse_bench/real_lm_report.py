@@ -158,11 +158,16 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
                 f"| {_pm(m['sampled_validity'])} | {_pm(m['noncanonical_mass'], 4)} |"
             )
         lines.append("")
+    dense = (
+        ""
+        if study.path_dense is None
+        else (f", every {study.path_dense.every} once μ passes {study.path_dense.above_mu:g}")
+    )
     lines += [
-        "## Against stock GRPO at matched validity (the primary comparison)",
+        "## Against stock GRPO at matched validity (descriptive; the declared primary comparison is further down)",
         "",
         "Each arm's training path (the measured training prompts, exactly, every "
-        f"{study.path_every} steps) against GRPO's path of the same seed, both read at the same validity μ "
+        f"{study.path_every} steps{dense}) against GRPO's path of the same seed, both read at the same validity μ "
         "(linear between path points); difference arm − GRPO, mean ± 95% t-interval over the seeds whose two paths "
         "both reach μ (n). Positive effective answers and negative KL(p*‖π_v) mean more of p* kept.",
         "",
