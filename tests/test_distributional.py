@@ -253,6 +253,12 @@ def test_dpg_is_a_plug_in_of_the_grpo_trainer(tmp_path):
         DivergenceGRPOConfig(**common, dpg_alpha=0.5)
     with pytest.raises(ConfigError, match=r"^validity_reward_index must be >= 0, got -1$"):
         DivergenceGRPOConfig(**common, validity_reward_index=-1)  # every trainer of the project, not only dpg
+    with pytest.raises(ConfigError, match=r"^dpg=False contradicts trainer 'dpg'"):
+        DPGConfig(**common, dpg=False)  # e.g. a divergence run's resolved recipe switched to --trainer dpg
+    with pytest.raises(ConfigError, match=r"^dpg must be true or false, got 'false'$"):
+        DivergenceGRPOConfig(**common, dpg="false")
+    with pytest.raises(ConfigError, match=r"^divergence='js' does not act with trainer 'dpg'"):
+        DPGConfig(**common, divergence="js")
 
 
 def test_config_manages_beta(tmp_path):
@@ -436,6 +442,7 @@ def _trainer(tmp_path, tiny_path, **kw):
 def test_trainer_advantages_and_loss_match_the_formulas(tmp_path, tiny_path):
     torch.manual_seed(0)
     trainer = _trainer(tmp_path, tiny_path)
+    assert [p.name for p in trainer.plugins] == ["dpg"] and trainer._tag_names[-2:] == ["rlvr-div", "dpg"]
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
@@ -531,7 +538,7 @@ def test_off_policy_run_logs_importance_weights(tmp_path, tiny_path):
         (["--use_vllm", "true", "--vllm_importance_sampling_mode", "token_truncate"], "sequence_mask"),
         (["--dpg_alpha", "abc"], "dpg_alpha"),
         # the loss is replaced: another plug-in's term would not act, so it is refused
-        (["--divergence", "reverse_kl", "--divergence_coef", "0.1"], "dpg and divergence both act on the loss"),
+        (["--divergence", "reverse_kl", "--divergence_coef", "0.1"], "divergence='reverse_kl' does not act with"),
         (["--reward_shaping", "rloo", "--scale_rewards", "none"], "dpg and rloo both act on the advantages (dpg"),
     ],
 )

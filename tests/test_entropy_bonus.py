@@ -103,7 +103,7 @@ def _train(recipe: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
 def test_adaptive_coefficient_steps_by_delta_and_is_checkpointed(trainer_name, tmp_path, tiny_path):
     # target 5 nats is above any entropy here, so the coefficient rises by delta after every optimizer step
     recipe = ROOT / "recipes" / "tiny" / "adaptive_entropy.yaml"
-    if trainer_name == "dpg":  # the same recipe on the DPG trainer (which has no `divergence` key)
+    if trainer_name == "dpg":  # the same recipe on the DPG trainer (which refuses a divergence)
         data = yaml.safe_load(recipe.read_text())
         del data["divergence"]
         recipe = tmp_path / "adaptive_entropy_dpg.yaml"

@@ -79,7 +79,7 @@ def test_each_listed_file_touches_its_name():
 
 def test_every_private_override_of_a_project_trainer_is_listed():
     classes = project_trainer_classes()
-    assert {c.__name__ for c in classes} >= {"DivergenceGRPOTrainer", "DPGTrainer"}
+    assert "DivergenceGRPOTrainer" in {c.__name__ for c in classes}
     unlisted = [name for cls in classes for name in unlisted_overrides(cls)]
     assert not unlisted, "private TRL names overridden but not listed in trl_seam.py: " + ", ".join(unlisted)
 

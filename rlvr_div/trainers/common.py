@@ -1,6 +1,6 @@
-"""The plumbing both of the project's trainers share (``DivergenceGRPOTrainer`` and ``DPGTrainer``), and the
-plug-ins call: TRL's group advantages and loss normalisers, gathered sequence log-probs, the per-step diversity
-metrics, and the replacement of TRL's advantages by shaped ones.
+"""The plumbing the project's GRPO trainer (``DivergenceGRPOTrainer``) and its plug-ins share: TRL's group advantages
+and loss normalisers, gathered sequence log-probs, the per-step diversity metrics, and the replacement of TRL's
+advantages by shaped ones.
 
 Every function takes the trainer (a ``trl.GRPOTrainer``) as its first argument where it needs one; none keeps state,
 except that :func:`log_group_diversity` leaves the batch's gathered texts on the trainer (``gathered_texts``).

@@ -272,12 +272,17 @@ class DPG(GRPOPlugin):
 
     @classmethod
     def active(cls, args: Any) -> bool:
-        return bool(args.dpg)
+        return args.dpg is True
 
     @classmethod
     def prepare(cls, args: Any) -> None:
+        if not isinstance(args.dpg, bool):
+            raise ConfigError(f"dpg must be true or false, got {args.dpg!r}")
         if not args.dpg:
             return
+        if args.divergence != "none":  # the divergence term's own keys; its coefficient is refused below (beta)
+            raise ConfigError(f"divergence={args.divergence!r} does not act with trainer 'dpg' (its loss has no "
+                              "divergence term); remove it")  # fmt: skip
         check_dpg(args.dpg_divergence, args.dpg_alpha, args.dpg_clip, args.dpg_z_floor)
         # REF_BETA is accepted so that a resolved recipe (which records TRL's beta = REF_BETA) can be read back
         if args.beta not in (None, 0.0, REF_BETA):

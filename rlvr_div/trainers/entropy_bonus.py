@@ -9,7 +9,7 @@ all processes was ≤ ``entropy_target``, down otherwise) within [``entropy_coef
 bonus is applied only while the last step's entropy was ≤ ``entropy_target``. TRL saves (c, last entropy) with each
 checkpoint (``entropy_ctrl_state.json``).
 
-``grpo`` (TRL's own trainer) and ``divergence`` (whose loss is TRL's plus its own terms) get the bonus from TRL.
+``grpo`` (TRL's own trainer) and ``divergence`` (whose loss is TRL's plus its plug-ins' terms) get the bonus from TRL.
 α-DPG (the ``dpg`` plug-in, ``trainer: dpg``) replaces TRL's loss, so :func:`entropy_bonus` adds the same term,
 with the same controller state, to it.
 """

@@ -45,7 +45,8 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
     """``GRPOConfig`` plus the recipe keys of every plug-in (see the module docstring)."""
 
     validity_reward_index: int = field(
-        default=0, metadata={"help": "Which reward function decides validity (score == 1) for diversity metrics."}
+        default=0,
+        metadata={"help": "Which reward function decides validity (score == 1): diversity metrics, α-DPG, shapings."},
     )
 
     def __post_init__(self) -> None:
@@ -73,9 +74,11 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         # checked before GRPOTrainer.__init__ loads the model from its path
         bound = checked_init_arguments(self, args, kwargs)
         config = bound.get("args")
-        for cls in PLUGIN_CLASSES:
-            if config is not None and cls.active(config):
-                cls.before_init(config, bound)
+        active = [cls for cls in PLUGIN_CLASSES if config is not None and cls.active(config)]
+        for cls in active:
+            cls.before_init(config, bound)
+        # model-card tags (TRL adds them to the model in its __init__): the trainer's, then the active plug-ins'
+        self._tag_names = [*self._tag_names, *(c.name for c in active if c.name not in self._tag_names)]
         super().__init__(*args, **kwargs)
         self.gathered_rewards: torch.Tensor | None = None  # the last scored batch's rewards, over all processes
         self.gathered_texts: list[str] | None = None  # its stripped completion texts (set by log_group_diversity)

@@ -62,7 +62,6 @@ class TRLName:
 
 GRPO_PY = "rlvr_div/trainers/grpo.py"
 DPG_PY = "rlvr_div/trainers/distributional.py"
-DPG_TRAINER_PY = "rlvr_div/trainers/dpg_trainer.py"
 COMMON_PY = "rlvr_div/trainers/common.py"
 SEAM_PY = "rlvr_div/trainers/trl_seam.py"
 TRAIN_PY = "rlvr_div/train.py"
@@ -70,7 +69,7 @@ FLOWRL_PY = "rlvr_div/trainers/flowrl.py"
 
 # fmt: off
 TRL_NAMES: tuple[TRLName, ...] = (
-    # -- GRPOTrainer methods the two trainers override
+    # -- GRPOTrainer methods the project's trainer overrides
     TRLName(
         GRPO, "_get_per_token_logps_and_entropies", "method", ("override", "read"),
         (GRPO_PY, COMMON_PY, DPG_PY, FLOWRL_PY),
@@ -109,8 +108,8 @@ TRL_NAMES: tuple[TRLName, ...] = (
         params=("self", "checkpoint"), used_by=(f"{TRAINER}._prepare_for_training",),
         note="the plug-ins' state, read back on resume",
     ),
-    TRLName(GRPO, "_tag_names", "class_attribute", ("override",), (GRPO_PY, DPG_TRAINER_PY),
-            note="model-card tags"),
+    TRLName(GRPO, "_tag_names", "class_attribute", ("override",), (GRPO_PY,),
+            note="model-card tags: the trainer's, then the active plug-ins' (set before TRL's __init__ adds them)"),
     # -- GRPOTrainer state, read and written through the accessors at the end of this module
     TRLName(
         GRPO, "_metrics", "instance_attribute", ("read", "write"), (SEAM_PY,),
