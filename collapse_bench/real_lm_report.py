@@ -226,24 +226,27 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         f"{p.arm} − {p.against} in {p.key} on the measured training prompts at validity "
         f"{', '.join(f'{v:g}' for v in p.levels)}, read along both training paths of each seed; the interval is "
         f"d̄ ± t(n−1)·√(sd²/n + v_p), v_p the variance of d̄ over {p.resamples} bootstrap draws of the prompts (the "
-        f"prompts are shared by all seeds, so the seeds' spread leaves their sampling out); Holm over the levels. "
+        f"prompts are shared by all seeds, so the seeds' spread leaves their sampling out; a draw in which a seed's "
+        f"resampled path does not reach μ leaves that seed out of that draw, and 'missed' counts such seed-draws "
+        f"of all, so v_p is conditional on reaching μ where it is not 0); Holm over the levels. "
         f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
         "",
     ]
     if entry.get("missing"):
         return [*lines, f"Not computed: no finished runs of {', '.join(entry['missing'])}."]
-    lines += ["| μ | seeds | difference | 95% interval | se (seeds) | se (prompts) | p | Holm | supported |",
-              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["| μ | seeds | difference | 95% interval | se (seeds) | se (prompts) | missed | p | Holm | supported |",
+              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for lv in entry["levels"]:
         if lv["mean"] is None:
-            lines.append(f"| {lv['level']:g} | 0 | – | – | – | – | – | – | no |")
+            lines.append(f"| {lv['level']:g} | 0 | – | – | – | – | – | – | – | no |")
             continue
         interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
         se_s = "–" if lv["se_seeds"] is None else f"{lv['se_seeds']:.3f}"
         se_p = "–" if lv["se_prompts"] is None else f"{lv['se_prompts']:.3f}"
         pv = "–" if lv["p"] is None else f"{lv['p']:.3g}"
-        lines.append(f"| {lv['level']:g} | {lv['n']} | {lv['mean']:+.3f} | {interval} | {se_s} | {se_p} | {pv} "
-                     f"| {'yes' if lv['holm'] else 'no'} | {'yes' if lv['supported'] else 'no'} |")  # fmt: skip
+        missed = "–" if lv["lo"] is None else f"{lv['missed_draws']}/{p.resamples * lv['n']}"
+        lines.append(f"| {lv['level']:g} | {lv['n']} | {lv['mean']:+.3f} | {interval} | {se_s} | {se_p} | {missed} "
+                     f"| {pv} | {'yes' if lv['holm'] else 'no'} | {'yes' if lv['supported'] else 'no'} |")  # fmt: skip
     return lines
 
 

@@ -477,6 +477,7 @@ def test_the_real_lm_report_computes_the_declared_primary_comparison(tmp_path):
     assert levels[0.8]["n"] == 0 and not levels[0.8]["supported"]  # the paths end at μ 0.7
     text = report(agg, "cmd", study, "bench/real_lm_countries.yaml")
     assert "## The primary comparison" in text and "| 0.8 | 0 | – |" in text and "`countries`" in text
+    assert f"| {levels[0.6]['missed_draws']}/{3 * 2000} |" in text  # the seed-draws that miss μ, of all
 
 
 def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):
