@@ -380,8 +380,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.plugin import active_plugins
 
+    # the training settings' own checks, in one visit to preflight (the model's come once it is resolved, below)
     preflight.check_ranges(script, training, model)
     preflight.check_loss_type(training)
+    preflight.check_report_to(training)
+    preflight.check_push_to_hub(training)
+    plugins = active_plugins(training)
     if script.data_path and not _takes_data_path(script.task):
         readers = ", ".join(name for name in _task_names() if _takes_data_path(name))
         raise ConfigError(f"task {script.task!r} reads no data, so data_path does not apply; tasks that take a "
@@ -399,7 +403,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
-    for plugin in active_plugins(training):  # the plug-ins' checks against task and rewards
+    for plugin in plugins:  # the plug-ins' checks against task and rewards
         plugin.check_task(training, script.task, spec, rewards)
     check_entropy_bonus(training)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
@@ -413,9 +417,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
         preflight.check_hub_model(model_path, model.model_revision, filename=script.gguf_file or "config.json")
     if model_path is not None:
         preflight.check_lora_targets(model, model_path)
-    preflight.check_report_to(training)
-    preflight.check_push_to_hub(training)
-    for plugin in active_plugins(training) if check_inputs else ():
+    for plugin in plugins if check_inputs else ():
         plugin.check_inputs(script, training, model)
 
 
