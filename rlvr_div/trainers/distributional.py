@@ -32,15 +32,15 @@ generation), with sequence log-probs L_i = log π_old(y_i|x), L^ref_i = log a(y_
 
 A plug-in of the GRPO trainer (:class:`DPG`, selected by ``trainer: dpg`` or ``dpg: true``; ``DPGConfig`` and
 ``DPGTrainer`` in :mod:`rlvr_div.trainers.dpg_trainer` preselect it): its advantages replace TRL's and its loss
-replaces GRPO's, so no other plug-in may be active beside it. Everything is computed from gathered tensors (a group
-may span processes). The reference log-probs are TRL's: while the plug-in is active TRL's ``beta`` is set to a
-non-zero value so that TRL computes ``ref_per_token_logps`` (a reference copy of the model, or the adapter-disabled
-base under LoRA), but the loss is replaced entirely, so no KL term is ever added. Validity is ``score == 1`` of the
-reward function at ``validity_reward_index``; the other reward functions are still computed and logged by TRL but do
-not enter the loss. TRL's ``loss_type``, ``epsilon``, ``scale_rewards`` and ``top_entropy_quantile`` do not apply;
-TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) is subtracted from the loss as TRL does it
-(``rlvr_div.trainers.entropy_bonus``). With vLLM, sampler/trainer mismatch is corrected by TRL's sequence-level
-importance ratio (``vllm_importance_sampling_mode`` sequence_*).
+replaces GRPO's, so no other plug-in that acts on the loss or the advantages may be active beside it. Everything is
+computed from gathered tensors (a group may span processes). The reference log-probs are TRL's: while the plug-in is
+active TRL's ``beta`` is set to a non-zero value so that TRL computes ``ref_per_token_logps`` (a reference copy of the
+model, or the adapter-disabled base under LoRA), but the loss is replaced entirely, so no KL term is ever added.
+Validity is ``score == 1`` of the reward function at ``validity_reward_index``; the other reward functions are still
+computed and logged by TRL but do not enter the loss. TRL's ``loss_type``, ``epsilon`` and ``scale_rewards`` do not
+apply (``top_entropy_quantile`` < 1 is refused); TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) is
+subtracted from the loss as TRL does it (``rlvr_div.trainers.entropy_bonus``). With vLLM, sampler/trainer mismatch is
+corrected by TRL's sequence-level importance ratio (``vllm_importance_sampling_mode`` sequence_*).
 Logged: ``dpg/z_mean`` (mean Ẑ over groups), ``dpg/no_valid_frac`` (groups whose Ẑ is floored), ``dpg/invalid_frac``,
 ``dpg/pseudo_reward_{min,mean,max}``, ``dpg/divergence`` (the batch estimate of D_f(π‖p*), see
 ``divergence_estimate``), ``dpg/clip_frac`` (fraction clipped at M), ``dpg/is_weight_mean`` (off-policy only), and
