@@ -8,7 +8,8 @@ method of its own: TRL computes the policy loss with its own KL switched off (th
 
 - may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs;
 - see every scored batch (gathered rewards and validity) and may replace a training batch's advantages;
-- may wrap the whole loss (or replace it: α-DPG, alone) and add terms to TRL's policy loss;
+- may wrap the whole loss (or replace it, as α-DPG and FlowRL do; then no other active plug-in may act on the loss
+  or the advantages) and add terms to TRL's policy loss;
 - keep state in checkpoints (written before ``trainer_state.json``, which marks a checkpoint complete).
 
 ``DivergenceGRPOConfig`` is ``GRPOConfig`` plus every plug-in's recipe keys (its ``Args`` mixin) and
