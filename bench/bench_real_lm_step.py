@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collapse_bench.beta_spec import Study, load_study  # noqa: E402
-from collapse_bench.beta_study import model_reference  # noqa: E402
+from collapse_bench.beta_spec import Study, StudyRun, load_study  # noqa: E402
+from collapse_bench.beta_study import train_settings  # noqa: E402
 from collapse_bench.spec import recipe_argv  # noqa: E402
 
 SMOKE_CONFIG = """model: tiny
@@ -45,18 +45,10 @@ arms:
 
 
 def arm_settings(study: Study, arm: Any, out: str, steps: int) -> dict[str, Any]:
-    """``rlvr-div train``'s settings for one benchmark run of ``arm`` (the study's own, a β arm at its first β)."""
-    settings: dict[str, Any] = {"model_name_or_path": model_reference(study), **study.common, **arm.overrides}
-    if study.gguf_file:
-        settings["gguf_file"] = study.gguf_file
-    if arm.key is not None:
-        settings[arm.key] = (arm.betas or study.betas)[0]
-    settings |= {
-        "task": study.task, "task_split": "train", "task_options": json.dumps(study.task_options), "seed": 1,
-        "output_dir": out, "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none",
-        "disable_tqdm": True, "max_steps": steps, "logging_steps": 1,
-    }  # fmt: skip
-    return settings
+    """``rlvr-div train``'s settings for one benchmark run of ``arm``: the study's own for its seed 1 (a β arm at its
+    first β), ``steps`` steps, every step logged."""
+    beta = (arm.betas or study.betas)[0] if arm.key is not None else None
+    return {**train_settings(study, StudyRun(arm.name, beta, 1), out), "max_steps": steps, "logging_steps": 1}
 
 
 def run_once(study: Study, arm: Any, steps: int, threads: int) -> dict[str, float]:

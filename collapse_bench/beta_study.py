@@ -201,13 +201,10 @@ def _trained_model(directory: Path) -> Any:
     return PeftModel.from_pretrained(load_model(base), str(directory)).merge_and_unload().eval()
 
 
-def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop."""
-    from rlvr_div.models import load_tokenizer
-    from rlvr_div.train import main as train
-
+def train_settings(study: Study, run: StudyRun, directory: Path | str) -> dict[str, Any]:
+    """``rlvr-div train``'s settings for ``run`` (its arm's recipe gives the rest): the study's model and shared
+    settings, the arm's own, its β under the arm's key, the task's training split, the seed and ``directory``."""
     arm = study.arm(run.arm)
-    directory = out / "runs" / run.key
     settings: dict[str, Any] = {"model_name_or_path": model_reference(study), **study.common, **arm.overrides}
     if study.gguf_file:
         settings["gguf_file"] = study.gguf_file
@@ -218,6 +215,17 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
         "output_dir": str(directory), "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none",
         "disable_tqdm": True,
     }  # fmt: skip
+    return settings
+
+
+def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop."""
+    from rlvr_div.models import load_tokenizer
+    from rlvr_div.train import main as train
+
+    arm = study.arm(run.arm)
+    directory = out / "runs" / run.key
+    settings = train_settings(study, run, directory)
     b = base["splits"]["train"]
     temperature = float(study.common.get("temperature", 1.0))
     path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
