@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--arms", help="train only these arms' missing runs this time (comma-separated names); the "
                    "report still covers every finished run")  # fmt: skip
+    p.add_argument("--max-runs", type=int, help="train at most this many of the missing runs this time, the first "
+                   "in seed-by-seed order, then report (for a time window: a run cut off is lost)")  # fmt: skip
     return p
 
 
@@ -34,13 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     arms = None if args.arms is None else tuple(a.strip() for a in args.arms.split(",") if a.strip())
     if arms is not None:
         check_arm_names(study, arms)  # before --fresh deletes anything and before the base loads
+    if args.max_runs is not None and args.max_runs < 1:
+        raise ConfigError(f"--max-runs must be at least 1, got {args.max_runs}")
     out = Path(args.out)
     command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
     if args.report_only and not (out / STATE).is_file():
         raise ConfigError(f"{out} holds no β study to report on")
     with study_lock(out, "β study"):
         if not args.report_only:
-            run_study(study, out, fresh=args.fresh, progress=not args.quiet, arms=arms)
+            run_study(study, out, fresh=args.fresh, progress=not args.quiet, arms=arms, max_runs=args.max_runs)
         toy = toy_reference(out, sorted(study.betas, reverse=True))
         path = write_report(study, out, command.strip(), toy)
     print(f"report: {path}")

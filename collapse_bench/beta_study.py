@@ -395,18 +395,23 @@ def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> di
 
 
 def run_study(
-    study: Study, out: Path, fresh: bool = False, progress: bool = True, arms: tuple[str, ...] | None = None
+    study: Study,
+    out: Path,
+    fresh: bool = False,
+    progress: bool = True,
+    arms: tuple[str, ...] | None = None,
+    max_runs: int | None = None,
 ) -> int:
-    """Measure the base, then every run not finished yet (``workers`` at a time; only those of ``arms`` when given);
-    returns how many runs were trained. A failed run is reported in one line with its log and the others go on; the
-    exit is then non-zero."""
+    """Measure the base, then every run not finished yet (``workers`` at a time; only those of ``arms`` when given;
+    only the first ``max_runs`` of them when given); returns how many runs were trained. A failed run is reported in
+    one line with its log and the others go on; the exit is then non-zero."""
     from tqdm.auto import tqdm
 
     open_state(out, STATE, asdict(study), fresh)
     t_start = time.time()
     base = measure_base(study, out)
     # seed by seed: every arm's first seed finishes before any arm's second, so a study cut short is balanced
-    todo = runs_to_do(study, out, arms)
+    todo = runs_to_do(study, out, arms)[:max_runs]  # a prefix keeps every warm start after the run it starts from
     failures: list[str] = []
     finished: set[StudyRun] = set()
     failed: set[StudyRun] = set()

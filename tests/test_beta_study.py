@@ -124,13 +124,15 @@ def test_the_sampling_free_arm_end_to_end_with_resume_and_report(tmp_path, tiny_
     path = _write(tmp_path, config)
     out = tmp_path / "out"
 
-    def main(study_path):
+    def main(study_path, max_runs=None):
         study = load_study(study_path)
-        trained = run_study(study, out, progress=False)
+        trained = run_study(study, out, progress=False, max_runs=max_runs)
         write_report(study, out, "test", toy=None)
         return trained
 
-    assert main(path) == 2
+    assert main(path, max_runs=1) == 1  # --max-runs 1: the first run in order, then the report
+    assert [p.parent.parent.name for p in (out / "runs").rglob("result.json")] == ["1"]  # β 1.0 first
+    assert main(path) == 1  # the rest
     result = json.loads((out / "runs" / "exact" / "0.1" / "seed1" / "result.json").read_text())
     assert [p["step"] for p in result["path"]] == [0, 2, 4]
     assert result["steps"] == 4 and result["plateau_step"] is None  # min_steps 100: never a plateau
@@ -543,4 +545,6 @@ def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_writ
         main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--arms", "grpo,grop", "--fresh"])
     with pytest.raises(ConfigError, match="--arms: an empty list"):
         main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--arms", " , "])
+    with pytest.raises(ConfigError, match="--max-runs must be at least 1, got 0"):
+        main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--max-runs", "0", "--fresh"])
     assert not out.exists()
