@@ -4,7 +4,7 @@ train``'s argv on the tiny base up to TRL's ``train()``, whose re-entries are ea
 import tempfile
 
 import pytest
-from walks import ROOT, trace, train_walk
+from walks import ROOT, eval_walk, trace, train_walk
 
 
 def test_a_loop_enters_a_module_once_per_calling_frame():
@@ -60,6 +60,17 @@ def test_train_walk_from_argv_to_trl(tiny_path):
     # task's or a reward's builder
     climbs = {(a, b) for a, b in zip(walk.callers, walk.rooms) if a is not None and walk.floor[b] > walk.floor[a]}
     assert all(a in ("rlvr_div.cli", "rlvr_div.tasks", "rlvr_div.rewards", "rlvr_div.registry") for a, _ in climbs)
+
+
+def test_eval_reads_and_writes_each_model_s_records_once_and_reports_from_memory(tiny_path, tmp_path):
+    """``rlvr-div eval`` with two models: ``eval.records`` is entered once per model (resume read and sample log) and
+    once to write the results; the report never reads them back (issue 34: it used to enter 8 times)."""
+    small = ["--task", "arith", "--n", "4", "--limit", "4", "--max-new-tokens", "4", "--quiet", "--threads", "1"]
+    walk = eval_walk(["--model", f"base={tiny_path}", "--model", f"again={tiny_path}", *small, "--output-dir",
+                      str(tmp_path)])  # fmt: skip
+    assert (tmp_path / "again" / "results.json").is_file()
+    assert walk.summary()["entries"]["eval.records"] == 3
+    assert ("eval.report", "eval.records") not in set(zip(walk.callers, walk.rooms))
 
 
 @pytest.mark.parametrize("packages", [("rlvr_div",), ("rlvr_div", "eval", "collapse_bench")])

@@ -15,7 +15,7 @@ imports). The summary counts:
 - returns: entries into a room the walk had visited before;
 - entries: per room, how many stays it has.
 
-    python tests/walks.py        # the walk of ``rlvr-div train`` on the tiny base, from argv to TRL's train()
+    python tests/walks.py   # the walks of ``rlvr-div train`` (argv to TRL's train()) and ``rlvr-div eval`` (2 models)
 """
 
 from __future__ import annotations
@@ -131,6 +131,14 @@ def train_walk(argv: list[str]) -> Walk:
     return trace(lambda: main(["train", *argv]), stop=("transformers/trainer.py", "train"))
 
 
+def eval_walk(argv: list[str]) -> Walk:
+    """The walk of ``rlvr-div eval`` with ``argv``, start to end (models sampled and scored, results and report
+    written)."""
+    from rlvr_div.cli import main
+
+    return trace(lambda: main(["eval", *argv]))
+
+
 if __name__ == "__main__":
     import json
     import tempfile
@@ -140,5 +148,8 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as out:
         walk = train_walk(["--config", str(ROOT / "recipes" / "tiny" / "grpo.yaml"), "--model_name_or_path",
                            str(tiny_model_path(progress=False)), "--output_dir", out])  # fmt: skip
-    print(json.dumps(walk.summary(), indent=1))
-    print(" -> ".join(r.rpartition(".")[2] for r in walk.rooms))
+        print("rlvr-div train:", json.dumps(walk.summary(), indent=1))
+        small = ["--task", "arith", "--n", "8", "--limit", "12", "--max-new-tokens", "6", "--quiet"]
+        base = str(tiny_model_path(progress=False))
+        walk = eval_walk(["--model", f"base={base}", "--model", f"again={base}", *small, "--output-dir", out])
+    print("rlvr-div eval, 2 models:", json.dumps(walk.summary(), indent=1))
