@@ -16,7 +16,7 @@ from collapse_bench.beta_study import BASE, STATE, result_of
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
-from collapse_bench.plotting import error_bars
+from collapse_bench.plotting import beta_sweep_figure
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json
 from rlvr_div.calibration import mean_validity_at
@@ -277,57 +277,18 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
 
     base_eff = agg["base"]["train"]["effective_answers"]
     betas = sorted(study.betas)
-    x_zero = betas[0] / 3  # β = 0 drawn left of the smallest β
-    fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
-    points = []
-    for i, (name, arm) in enumerate(agg["arms"].items()):
-        color = plt.cm.tab10(i)
+    series, points = [], []
+    for name, arm in agg["arms"].items():
         cells = [c for c in arm["cells"] if c["beta"] is not None and c["train"]["mu"]["mean"] is not None]
         if arm["kind"] == "point" or not cells:
-            points += [(name, c, plt.cm.Dark2(len(points))) for c in arm["cells"] if c["beta"] is None]
-            continue
-        xs = [c["beta"] if c["beta"] > 0 else x_zero for c in cells]
-        for ax, key, lo, hi in ((axes[0], "mu", 0, 1), (axes[1], "effective_answers", 1, math.inf),
-                                (axes[2], "kl_pstar", 0, math.inf)):  # fmt: skip
-            ax.errorbar(xs, [c["train"][key]["mean"] for c in cells], yerr=error_bars([c["train"][key] for c in cells],
-                        lo, hi), fmt="o-", capsize=3, color=color, label=arm["label"])  # fmt: skip
-        axes[3].plot([c["train"]["mu"]["mean"] for c in cells],
-                     [c["train"]["effective_answers"]["mean"] / base_eff for c in cells], "o-", color=color,
-                     label=f"tiny Llama, {name}")  # fmt: skip
-    for name, c, color in points:
-        for ax, key in ((axes[0], "mu"), (axes[1], "effective_answers"), (axes[2], "kl_pstar")):
-            ax.axhline(c["train"][key]["mean"], color=color, ls=":", lw=1.2, label=f"{name} (no β)")
-        axes[3].plot(c["train"]["mu"]["mean"], c["train"]["effective_answers"]["mean"] / base_eff, "D", ms=7,
-                     color=color, label=f"tiny Llama, {name} (no β)")  # fmt: skip
-    grid = [x_zero * (betas[-1] * 3 / x_zero) ** (j / 60) for j in range(61)]
-    axes[0].plot(grid, [mean_validity_at(b, agg["base_mu_per_prompt"]) for b in grid], "k--", lw=1,
-                 label="optimum p_β: μ(β) = mean σ(logit A + 1/β)")  # fmt: skip
-    axes[1].axhline(base_eff, color="k", ls="--", lw=1, label="optimum p_β (valid part p*, every β)")
-    axes[2].axhline(0.0, color="k", ls="--", lw=1, label="optimum p_β (KL = 0, every β)")
-    if toy:
-        h_star = toy["references"]["filtered p*"]["entropy_valid"]
-        for fam, style in {"tabular": "s:", "bigram": "^:", "factorised": "v:"}.items():
-            rows = [r for r in toy["rows"] if r["family"] == fam and r["objective"] == "reg:reverse_kl"]
-            axes[3].plot([r["mu"] for r in rows], [math.exp(r["entropy_valid"] - h_star) for r in rows], style,
-                         color="gray", ms=4, lw=1, label=f"toy lab, {fam} family (reverse-KL optimum)")  # fmt: skip
-    for ax, label in zip(axes[:3], ("validity μ (exact, training prompts)", "effective valid answers exp H(π_v)",
-                                    "KL(p*‖π_v) (nats)")):  # fmt: skip
-        ax.set_xscale("log")
-        ax.set_xlabel(f"β (leftmost: β = 0, drawn at {x_zero:.3g})")
-        ax.set_ylabel(label)
-    axes[3].set_xlabel("validity μ")
-    axes[3].set_ylabel("effective answers / those of p*")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    axes[0].set_title("end-point validity against β (mean ± 95% CI)", fontsize=9)
-    axes[1].set_title("end-point diversity against β", fontsize=9)
-    axes[2].set_title("distance to p* against β", fontsize=9)
-    axes[3].set_title("validity vs diversity, with the exact toy lab", fontsize=9)
-    fig.tight_layout()
-    first = out / "beta_vs_beta.png"
-    fig.savefig(first, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+            points += [(name, c["train"]) for c in arm["cells"] if c["beta"] is None]
+        else:
+            series.append((arm["label"], name, [c["beta"] for c in cells], [c["train"] for c in cells]))
+    panels = [("mu", "validity μ (exact, training prompts)", 0, 1),
+              ("effective_answers", "effective valid answers exp H(π_v)", 1, math.inf),
+              ("kl_pstar", "KL(p*‖π_v) (nats)", 0, math.inf)]  # fmt: skip
+    first = beta_sweep_figure(out / "beta_vs_beta.png", panels, series, points, base_eff, agg["base_mu_per_prompt"],
+                              toy)  # fmt: skip
 
     arms = [(n, a) for n, a in agg["arms"].items() if a["kind"] != "point"]
     fig, axes = plt.subplots(3, max(1, len(arms)), figsize=(5 * max(1, len(arms)), 10), squeeze=False)

@@ -20,7 +20,7 @@ from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
-from collapse_bench.plotting import error_bar, error_bars
+from collapse_bench.plotting import beta_sweep_figure, error_bar
 from collapse_bench.stats import paired_difference
 from rlvr_div.calibration import mean_validity_at
 
@@ -240,77 +240,24 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             paths.append(path)
         paths += write_class_plots(name, entry, split, agg["ks"], out)
     if "beta_sweep" in agg:
-        paths.append(_sweep_plot(agg, out, toy, base_mu, plt))
+        paths.append(_sweep_plot(agg, out, toy, base_mu))
     return paths
 
 
-def _sweep_plot(
-    agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base_mu: list[float] | None, plt: Any
-) -> Path:
+def _sweep_plot(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base_mu: list[float] | None) -> Path:
+    """The grid's β sweep on its training prompts: validity and effective answers against β, and the frontier."""
     sweep = agg["beta_sweep"]
-    betas = sorted({b for b in sweep["betas"] if b > 0})
-    x_of = {b: b for b in betas} | {0.0: min(betas) / 3}  # β = 0 drawn left of the smallest positive β
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    series = []
+    for method, rows in sweep["methods"].items():
+        rows = [r for r in rows if r["splits"]["train"].get("mu", {}).get("mean") is not None]
+        if rows:
+            series.append((method, method, [r["beta"] for r in rows], [r["splits"]["train"] for r in rows]))
+    points = [(method, p["splits"]["train"]) for method, p in sweep.get("points", {}).items()
+              if p["splits"]["train"].get("mu", {}).get("mean") is not None]  # fmt: skip
+    panels = [("mu", "validity μ, training prompts (exact)", 0, 1),
+              ("effective_answers", "effective valid answers exp H(π_v) (exact)", 1, math.inf)]  # fmt: skip
     base_eff = agg["tasks"][sweep["task"]]["base"]["train"]["effective_answers"]
-    for i, (method, rows) in enumerate(sweep["methods"].items()):
-        color = plt.cm.tab10(i)
-        pts = [(x_of[r["beta"]], r["splits"]["train"]) for r in rows if r["splits"]["train"].get("mu", {}).get("mean")
-               is not None]  # fmt: skip
-        if not pts:
-            continue
-        xs = [p[0] for p in pts]
-        for ax, key, lo, hi in ((axes[0], "mu", 0, 1), (axes[1], "effective_answers", 1, math.inf)):
-            ax.errorbar(xs, [p[1][key]["mean"] for p in pts], yerr=error_bars([p[1][key] for p in pts], lo, hi),
-                        fmt="o-", capsize=3, color=color, label=method)  # fmt: skip
-        ratio = [{k: (v / base_eff if isinstance(v, float) and k in ("mean", "half") else v)
-                  for k, v in p[1]["effective_answers"].items()} for p in pts]  # fmt: skip
-        axes[2].errorbar([p[1]["mu"]["mean"] for p in pts], [r["mean"] for r in ratio],
-                         xerr=error_bars([p[1]["mu"] for p in pts], 0, 1),
-                         yerr=error_bars(ratio, 1 / base_eff, math.inf),
-                         fmt="o-", capsize=3, color=color, label=f"tiny Llama, {method}")  # fmt: skip
-    for j, (method, point) in enumerate(sweep.get("points", {}).items()):
-        t = point["splits"]["train"]
-        if t.get("mu", {}).get("mean") is None:
-            continue
-        eff = {
-            "mean": t["effective_answers"]["mean"] / base_eff,
-            "half": (t["effective_answers"].get("half") or 0) / base_eff,
-        }
-        axes[2].errorbar(t["mu"]["mean"], eff["mean"], xerr=error_bar(t["mu"], 0, 1),
-                         yerr=error_bar(eff, 1 / base_eff, math.inf),
-                         fmt="D", ms=8, capsize=3,
-                         color=plt.cm.Dark2(j), label=f"tiny Llama, {method} (no β)")  # fmt: skip
-    if base_mu:
-        grid = [min(betas) / 3 * (max(betas) * 3 / (min(betas) / 3)) ** (j / 60) for j in range(61)]
-        axes[0].plot(grid, [mean_validity_at(b, base_mu) for b in grid], "k--", lw=1,
-                     label="closed form μ(β) = σ(logit A + 1/β): sequence-level reverse-KL optimum")  # fmt: skip
-    axes[1].axhline(base_eff, color="k", ls="--", lw=1, label="p* (tilted optimum, every β)")
-    if toy:
-        styles = {"tabular": "s:", "bigram": "^:", "factorised": "v:"}
-        h_star = toy["references"]["filtered p*"]["entropy_valid"]
-        for fam, style in styles.items():
-            rows = [r for r in toy["rows"] if r["family"] == fam and r["objective"] == "reg:reverse_kl"]
-            axes[2].plot([r["mu"] for r in rows], [math.exp(r["entropy_valid"] - h_star) for r in rows], style,
-                         color="gray", ms=4, lw=1, label=f"toy lab, {fam} family (reverse KL)")  # fmt: skip
-    for ax in axes[:2]:
-        ax.set_xscale("log")
-        ax.set_xlabel("β (divergence coefficient; leftmost point: β = 0)")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("validity μ, training prompts (exact)")
-    axes[1].set_ylabel("effective valid answers exp H(π_v) (exact)")
-    axes[2].set_xlabel("validity μ")
-    axes[2].set_ylabel("effective answers / those of p* (exact)")
-    axes[2].grid(alpha=0.3)
-    for ax in axes:
-        ax.legend(fontsize=6.5)
-    axes[0].set_title("validity against β (mean ± 95% CI over seeds)", fontsize=9)
-    axes[1].set_title("diversity against β", fontsize=9)
-    axes[2].set_title("validity vs diversity, with the exact toy lab", fontsize=9)
-    fig.tight_layout()
-    path = out / "beta_sweep.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return beta_sweep_figure(out / "beta_sweep.png", panels, series, points, base_eff, base_mu, toy, dpi=110)
 
 
 def inert_lines(entry: dict[str, Any]) -> list[str]:
