@@ -222,9 +222,12 @@ def _tied_weights_are_not_missing(trainer: Any) -> None:
 
 def _quiet_known_noise() -> None:
     """Silence what repeats without telling a user anything: transformers' FutureWarning on
-    ``is_gradient_checkpointing`` (TRL reads the old name at every generation and save) and the "Writing model
-    shards" bar at every checkpoint (it breaks the step bar). Download and weight-loading bars stay."""
+    ``is_gradient_checkpointing`` (TRL reads the old name at every generation and save), peft's "Could not find a
+    config file in package:NAME / FILE.gguf" at every adapter save (the adapter records its GGUF source as its base,
+    where peft looks for a config.json to see whether the vocabulary was resized; no recipe resizes it) and the
+    "Writing model shards" bar at every checkpoint (it breaks the step bar). Download and weight-loading bars stay."""
     warnings.filterwarnings("ignore", message=r".*`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"Could not find a config file in (package:\S+|\S+\.gguf) - will assume")
     from transformers.utils import logging as hf_logging
 
     if not hasattr(hf_logging, "set_tqdm_hook"):
