@@ -287,8 +287,8 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
     panels = [("mu", "validity μ (exact, training prompts)", 0, 1),
               ("effective_answers", "effective valid answers exp H(π_v)", 1, math.inf),
               ("kl_pstar", "KL(p*‖π_v) (nats)", 0, math.inf)]  # fmt: skip
-    first = beta_sweep_figure(out / "beta_vs_beta.png", panels, series, points, base_eff, agg["base_mu_per_prompt"],
-                              toy)  # fmt: skip
+    first = beta_sweep_figure(out / "beta_vs_beta.png", betas, panels, series, points, base_eff,
+                              agg["base_mu_per_prompt"], toy)  # fmt: skip
 
     arms = [(n, a) for n, a in agg["arms"].items() if a["kind"] != "point"]
     fig, axes = plt.subplots(3, max(1, len(arms)), figsize=(5 * max(1, len(arms)), 10), squeeze=False)

@@ -22,6 +22,7 @@ def error_bars(cis: list[dict[str, Any]], lo: float, hi: float) -> list[list[flo
 
 def beta_sweep_figure(
     path: Path,
+    betas: list[float],
     panels: list[tuple[str, str, float, float]],
     series: list[tuple[str, str, list[float], list[dict[str, Any]]]],
     points: list[tuple[str, dict[str, Any]]],
@@ -31,12 +32,13 @@ def beta_sweep_figure(
     dpi: int = 100,
 ) -> Path:
     """The β-sweep figure of the grid's β sweep and of the β study: one panel per ``panels`` entry (key, y label, lo,
-    hi) against β (log scale, β = 0 drawn at a third of the smallest positive β), then the frontier μ against effective
-    answers / those of p*. ``series``: (legend label, short name, βs, cells), each cell a dict key -> mean ± 95% CI
-    over seeds on the training prompts; ``points``: (name, cell) of the arms without β, drawn as horizontal lines
-    and as diamonds on the frontier. Reference lines: the optimum p_β's closed-form validity μ(β) = mean over prompts
-    of σ(logit A + 1/β) (from ``base_mu``, the base's per-prompt validity), p*'s effective answers and KL(p*‖π_v) = 0
-    (p_β's valid part is p* at every β); the toy lab's reverse-KL optima per family on the frontier (``toy``)."""
+    hi) against β (log scale over the sweep's ``betas``, β = 0 drawn at a third of the smallest positive β), then the
+    frontier μ against effective answers / those of p*. ``series``: (legend label, short name, βs, cells), each cell
+    a dict key -> mean ± 95% CI over seeds on the training prompts; ``points``: (name, cell) of the arms without β,
+    drawn as horizontal lines and as diamonds on the frontier. Reference lines: the optimum p_β's closed-form
+    validity μ(β) = mean over prompts of σ(logit A + 1/β) (from ``base_mu``, the base's per-prompt validity), p*'s
+    effective answers and KL(p*‖π_v) = 0 (p_β's valid part is p* at every β); the toy lab's reverse-KL optima per
+    family on the frontier (``toy``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,7 +46,7 @@ def beta_sweep_figure(
 
     from rlvr_div.calibration import mean_validity_at
 
-    positive = sorted({b for _, _, betas, _ in series for b in betas if b > 0})
+    positive = sorted(b for b in betas if b > 0)
     x_zero = positive[0] / 3
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5.5 * (len(panels) + 1), 4.8))
     frontier = axes[-1]
@@ -52,9 +54,9 @@ def beta_sweep_figure(
     def ratio(ci: dict[str, Any]) -> dict[str, float]:
         return {"mean": ci["mean"] / base_eff, "half": (ci.get("half") or 0.0) / base_eff}
 
-    for i, (label, short, betas, cells) in enumerate(series):
+    for i, (label, short, at, cells) in enumerate(series):
         color = plt.cm.tab10(i)
-        xs = [b if b > 0 else x_zero for b in betas]
+        xs = [b if b > 0 else x_zero for b in at]
         for ax, (key, _, lo, hi) in zip(axes, panels):
             ax.errorbar(xs, [c[key]["mean"] for c in cells], yerr=error_bars([c[key] for c in cells], lo, hi),
                         fmt="o-", capsize=3, color=color, label=label)  # fmt: skip

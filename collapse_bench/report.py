@@ -257,7 +257,8 @@ def _sweep_plot(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
     panels = [("mu", "validity μ, training prompts (exact)", 0, 1),
               ("effective_answers", "effective valid answers exp H(π_v) (exact)", 1, math.inf)]  # fmt: skip
     base_eff = agg["tasks"][sweep["task"]]["base"]["train"]["effective_answers"]
-    return beta_sweep_figure(out / "beta_sweep.png", panels, series, points, base_eff, base_mu, toy, dpi=110)
+    path = out / "beta_sweep.png"
+    return beta_sweep_figure(path, sweep["betas"], panels, series, points, base_eff, base_mu, toy, dpi=110)
 
 
 def inert_lines(entry: dict[str, Any]) -> list[str]:
