@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from collapse_bench.beta_spec import Study, StudyRun, load_study  # noqa: E402
 from collapse_bench.beta_study import train_settings  # noqa: E402
+from collapse_bench.engine import code_commit  # noqa: E402
 from collapse_bench.spec import recipe_argv  # noqa: E402
 
 SMOKE_CONFIG = """model: tiny
@@ -105,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['peak_rss_mib']:.0f} | {row['peak_rss_mib'] / stock['peak_rss_mib']:.2f}x |")  # fmt: skip
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"config": args.config, "steps": args.steps, "rounds": args.rounds,
-                                               "threads": args.threads, "arms": table}, indent=1))  # fmt: skip
+        record = {"command": " ".join(["bench/bench_real_lm_step.py", *(sys.argv[1:] if argv is None else argv)]),
+                  "commit": code_commit(ROOT), "config": args.config, "steps": args.steps, "rounds": args.rounds,
+                  "threads": args.threads, "arms": table}  # fmt: skip
+        Path(args.json).write_text(json.dumps(record, indent=1))
     return 0
 
 

@@ -4,6 +4,7 @@ drives cannot break a benchmark unnoticed. The numbers a smoke run prints mean n
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,12 @@ def test_every_script_has_a_smoke_mode():
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys):
-    _load(name).main(["--smoke"])
+def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys, tmp_path):
+    record = tmp_path / "result.json"
+    _load(name).main(["--smoke", *(["--json", str(record)] if name == "bench_real_lm_step.py" else [])])
     out = capsys.readouterr().out
     assert out.strip(), f"{name} printed nothing"
+    if name == "bench_real_lm_step.py":  # its JSON says what made it
+        saved = json.loads(record.read_text())
+        assert saved["command"].endswith("--smoke --json " + str(record)) and saved["commit"]
+        assert set(saved["arms"]) == {"grpo", "alpha_dpg"}
