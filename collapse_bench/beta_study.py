@@ -54,17 +54,16 @@ from collapse_bench.beta_spec import (
 from collapse_bench.engine import RESULT, logged, open_state, read_result, record_run, run_dir, run_pool, worker_code
 from collapse_bench.measure import (
     PER_PROMPT_PATH_KEYS,
+    cached_base,
     exact_trajectory,
-    logprobs_of,
+    measured_split,
     split_rows,
     summarise,
     training_summary,
     trajectory_point,
-    valid_sets,
 )
 from collapse_bench.spec import recipe_argv
 from eval.records import write_json
-from rlvr_div.errors import ConfigError
 
 STATE = "study.json"
 WEIGHTS = "weights"
@@ -122,31 +121,19 @@ def study_rows(study: Study, split: str) -> list[dict[str, Any]]:
 
 
 def measure_base(study: Study, out: Path) -> dict[str, Any]:
-    """The base model measured exactly on the training and test prompts (cached in ``base.json``)."""
+    """The base model measured exactly on the training and test prompts (cached in ``base.json`` by
+    :func:`collapse_bench.measure.cached_base`)."""
     from rlvr_div.fingerprint import model_fingerprint
 
-    path = out / BASE
     fingerprint = model_fingerprint(model_reference(study), gguf_file=study.gguf_file)
     what = {"fingerprint": fingerprint, "task": study.task, "task_options": study.task_options}
-    if path.is_file():
-        data = json.loads(path.read_text())
-        if {k: data.get(k) for k in what} != what:
-            raise ConfigError(f"{path} measured another base model, task or options; pass --fresh or another --out")
-        for split in SPLITS:  # the ``prompts`` setting chooses how many rows: a cached base must have measured those
-            if data["splits"][split]["prompts"] != [r["prompt"] for r in study_rows(study, split)]:
-                raise ConfigError(f"{path} measured other {split} prompts than this config's 'prompts' setting "
-                                  f"chooses; pass --fresh or another --out")  # fmt: skip
-        return data
     temperature = float(study.common.get("temperature", 1.0))
-    data: dict[str, Any] = {**what, "splits": {}}
-    for split in SPLITS:
-        rows = study_rows(study, split)
-        prompts, valid = [r["prompt"] for r in rows], valid_sets(study.task, rows)
-        logps = logprobs_of(model_checkpoint(study), study.task, rows, temperature, study.measure_batch_size)
-        data["splits"][split] = {"prompts": prompts, "valid": valid, "logps": logps,
-                                 "summary": summarise(prompts, valid, logps, logps, study.ks)}  # fmt: skip
-    write_json(path, data)
-    return data
+
+    def measure(split: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return measured_split(model_checkpoint(study), study.task, rows, temperature, study.ks,
+                              study.measure_batch_size)  # fmt: skip
+
+    return cached_base(out / BASE, what, {split: study_rows(study, split) for split in SPLITS}, measure)
 
 
 # --------------------------------------------------------------------------------------------- one run

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.records import write_json
 from rlvr_div.errors import ConfigError
 from rlvr_div.exact import expected_lost_gained, prompt_metrics, sequence_logprobs
 
@@ -136,6 +137,50 @@ def logprobs_of(
         model, tok, [r["prompt"] for r in rows], valid_sets(task, rows), temperature, batch_size, append_eos=eos
     )
     return [lp.tolist() for lp in out]
+
+
+def measured_split(
+    model_path: str,
+    task: str,
+    rows: Sequence[dict[str, Any]],
+    temperature: float,
+    ks: Sequence[int],
+    batch_size: int = 512,
+    structure: Structure | None = None,
+) -> dict[str, Any]:
+    """One split measured exactly under the model at ``model_path``: the prompts, their valid sets, log π(y | x) for
+    every valid y (:func:`logprobs_of`) and their :func:`summarise` against themselves (the base's own numbers)."""
+    prompts, valid = [r["prompt"] for r in rows], valid_sets(task, rows)
+    logps = logprobs_of(model_path, task, rows, temperature, batch_size)
+    return {"prompts": prompts, "valid": valid, "logps": logps,
+            "summary": summarise(prompts, valid, logps, logps, ks, structure)}  # fmt: skip
+
+
+def cached_base(
+    path: Path,
+    what: dict[str, Any],
+    rows: dict[str, list[dict[str, Any]]],
+    measure: Callable[[str, list[dict[str, Any]]], dict[str, Any]],
+) -> dict[str, Any]:
+    """The base's exact measurement in ``path`` (``what`` — the model's ``fingerprint``, the task, its options — then
+    ``splits``). A file made with the same ``what`` on the prompts of ``rows`` (split → rows) is read; one made with
+    anything else is refused; without a file every split is measured with ``measure(split, rows)`` and written."""
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("fingerprint") != what["fingerprint"]:
+            raise ConfigError(f"the base model changed since {path} was written; pass --fresh or another --out")
+        if {k: data.get(k) for k in what} != what:
+            raise ConfigError(f"{path} measured the base on another task, options or temperature; pass --fresh or "
+                              "another --out")  # fmt: skip
+        for split in sorted(set(rows) | set(data["splits"])):
+            if data["splits"].get(split, {}).get("prompts") != [r["prompt"] for r in rows.get(split, [])]:
+                raise ConfigError(f"{path} measured other {split} prompts than this config chooses; pass --fresh "
+                                  "or another --out")  # fmt: skip
+        return data
+    data = {**what, "splits": {split: measure(split, r) for split, r in rows.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, data)
+    return data
 
 
 def summarise(

@@ -38,21 +38,21 @@ from collapse_bench.engine import (
     worker_code,
 )
 from collapse_bench.measure import (
+    cached_base,
     exact_trajectory,
     has_classes,
     is_enumerable,
     logprobs_of,
+    measured_split,
     sampled_summary,
     split_rows,
     summarise,
     task_structure,
     training_summary,
     trajectory_point,
-    valid_sets,
 )
 from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
-from rlvr_div.errors import ConfigError
 
 STATE = "benchmark.json"
 SELECTION = "selection.json"
@@ -71,41 +71,25 @@ def _rehearsal(out: Path, run: Run) -> Path:
 
 
 def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
-    """The base model on every split of every task (exact log-probs where the valid set is enumerable)."""
+    """The base model on every split of every task (exact log-probs where the valid set is enumerable; cached in
+    ``base/<task>.json`` by :func:`collapse_bench.measure.cached_base`)."""
     from rlvr_div.fingerprint import model_fingerprint
     from rlvr_div.models import resolve_model
 
     fingerprint = model_fingerprint(bench.model, cache_path=out / "fingerprints.json")
+    temperature = float(bench.common.get("temperature", 1.0))
     bases: dict[str, Any] = {}
     for task in bench.tasks:
-        path = out / "base" / f"{task.name}.json"
-        temperature = float(bench.common.get("temperature", 1.0))
-        what = {"task": task.task, "task_options": task.task_options, "temperature": temperature}
-        if path.is_file():
-            data = json.loads(path.read_text())
-            if data.get("fingerprint") != fingerprint:
-                raise ConfigError(f"the base model changed since {path} was written; pass --fresh or another --out")
-            if {k: data.get(k) for k in what} != what or set(data["splits"]) != set(bench.evaluation.splits):
-                raise ConfigError(f"{path} measured the base on another task, options, temperature or splits; pass "
-                                  "--fresh or another --out")  # fmt: skip
-            bases[task.name] = data
-            continue
-        data: dict[str, Any] = {"fingerprint": fingerprint, **what, "splits": {}}
-        for split in bench.evaluation.splits:
-            rows = split_rows(task.task, split, task.task_options)
-            if is_enumerable(task.task):
-                logps = logprobs_of(resolve_model(bench.model), task.task, rows, temperature)
-                prompts, valid = [r["prompt"] for r in rows], valid_sets(task.task, rows)
-                structure = task_structure(task.task, rows)
-                data["splits"][split] = {
-                    "prompts": prompts,
-                    "valid": valid,
-                    "logps": logps,
-                    "summary": summarise(prompts, valid, logps, logps, bench.evaluation.ks, structure),
-                }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, data)
-        bases[task.name] = data
+        what = {"fingerprint": fingerprint, "task": task.task, "task_options": task.task_options,
+                "temperature": temperature}  # fmt: skip
+        splits = bench.evaluation.splits if is_enumerable(task.task) else []
+        chosen = {split: split_rows(task.task, split, task.task_options) for split in splits}
+
+        def measure(split: str, rows: list[dict[str, Any]], task: Any = task) -> dict[str, Any]:
+            return measured_split(resolve_model(bench.model), task.task, rows, temperature, bench.evaluation.ks,
+                                  structure=task_structure(task.task, rows))  # fmt: skip
+
+        bases[task.name] = cached_base(out / "base" / f"{task.name}.json", what, chosen, measure)
     return bases
 
 

@@ -239,3 +239,31 @@ def test_a_run_keeps_its_identity_when_the_checkout_moves(tmp_path):
     assert run_identity(here, run) == run_identity(there, run)
     (tmp_path / "recipes" / "tiny" / "grpo_reverse_kl.yaml").write_text("learning_rate: 1.0e-3\n")
     assert run_identity(here, run) != run_identity(load_benchmark(moved), run)  # a changed recipe still counts
+
+
+def test_a_cached_base_is_read_only_when_made_the_same_way(tmp_path):
+    """Both engines keep the base in one file (:func:`collapse_bench.measure.cached_base`): written once, read back
+    unchanged, refused in one line when the model, the task's settings or the measured prompts differ."""
+    from collapse_bench.measure import cached_base
+
+    calls = []
+
+    def measure(split, rows):
+        calls.append(split)
+        return {"prompts": [r["prompt"] for r in rows], "logps": [[-0.5]] * len(rows)}
+
+    path, what = tmp_path / "base" / "t.json", {"fingerprint": "f1", "task": "t", "task_options": {"n": 1}}
+    rows = {"train": [{"prompt": "a"}, {"prompt": "b"}], "test": [{"prompt": "c"}]}
+    made = cached_base(path, what, rows, measure)
+    assert calls == ["train", "test"] and list(made) == ["fingerprint", "task", "task_options", "splits"]
+    assert cached_base(path, what, rows, measure) == made and calls == ["train", "test"]  # read, not measured again
+    for other, message in [
+        ({**what, "fingerprint": "f2"}, "the base model changed since"),
+        ({**what, "task_options": {"n": 2}}, "measured the base on another task, options or temperature"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            cached_base(path, other, rows, measure)
+    with pytest.raises(ConfigError, match="measured other train prompts than this config chooses"):
+        cached_base(path, what, {**rows, "train": rows["train"][:1]}, measure)
+    with pytest.raises(ConfigError, match="measured other validation prompts"):
+        cached_base(path, what, {**rows, "validation": [{"prompt": "d"}]}, measure)
