@@ -530,6 +530,24 @@ def test_the_lora_block_configs_change_one_setting_each():
         assert [r.key for r in study_runs(study)] == ["grpo/none/seed1", "alpha_dpg/none/seed1"]
 
 
+def test_the_between_rerun_changes_the_task_and_declares_its_primary_comparison(tmp_path):
+    """``bench/real_lm_between.yaml``: countries' 32+32-prompt protocol on ``between`` (5-token completions), GRPO and
+    α-DPG seeds 1–3 seed by seed, and the declared test of the 8-prompt study's claim (effective answers,
+    0.8 and 0.9)."""
+    main, between = load_study(COUNTRIES), load_study(COUNTRIES.with_name("real_lm_between.yaml"))
+    assert between.task == "between" and between.prompts == main.prompts == {"train": 32, "test": 32}
+    assert between.common == {**main.common, "max_completion_length": 5}
+    assert (between.path_dense, between.path_per_prompt) == (main.path_dense, True)
+    assert between.convergence == main.convergence and between.convergence.stop_at_mu == 0.95
+    from collapse_bench.beta_study import runs_to_do
+
+    order = [f"{a}/none/seed{s}" for s in (1, 2, 3) for a in ("grpo", "alpha_dpg")]
+    assert [r.key for r in runs_to_do(between, tmp_path / "out")] == order
+    p = between.primary
+    assert (p.arm, p.against, p.key, p.levels, p.direction) == ("alpha_dpg", "grpo", "effective_answers", (0.8, 0.9),
+                                                                "positive")  # fmt: skip
+
+
 def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_written(tmp_path):
     """``--arms grpo`` leaves the other arms' missing runs for later, in the same seed-by-seed order; a name that is
     no arm is one ConfigError line naming it, before the output directory exists."""
