@@ -36,7 +36,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,13 @@ def build_model_dir(
     return out, params
 
 
+def load_model(model_dir: Path, dtype: torch.dtype, device: str) -> Any:
+    """The saved random model, for sampling when no trainer built (its numbers still say what ``generate`` does)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+
+
 def parity_reward(completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any) -> list[float]:
     """1 when the completion's token ids sum to an even number, else 0 (a random model's completions: about half)."""
     return [float(sum(ids) % 2 == 0) for ids in completion_ids or [[len(str(c))] for c in completions]]
@@ -168,13 +175,21 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
+def checkpointing_off(config_class: type) -> dict[str, bool]:
+    """The config key that turns activation checkpointing off: ``activation_checkpointing`` from transformers 5.20,
+    ``gradient_checkpointing`` before (the project supports both; the lent machines ran 5.17)."""
+    names = {f.name for f in fields(config_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
+
+
 def make_trainer(spec: str, model_dir: Path, out: Path, common: dict[str, Any], dataset: Any, tokenizer: Any) -> Any:
     """The trainer of ``spec`` (registry name and recipe keys, :func:`parse_spec`) on ``model_dir``."""
     from rlvr_div.trainers import TRAINERS
 
     name, settings = parse_spec(spec)
     entry = TRAINERS.get(name)
-    args = entry.config_class()(output_dir=str(out), **common, **settings)
+    config_class = entry.config_class()
+    args = config_class(output_dir=str(out), **common, **checkpointing_off(config_class), **settings)
     return entry.trainer_class()(
         model=str(model_dir),
         reward_funcs=[parity_reward],
@@ -428,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         common: dict[str, Any] = dict(
             per_device_train_batch_size=batch, num_generations=args.num_generations,
             max_completion_length=args.max_completion_length, temperature=1.0, learning_rate=1e-6,
-            bf16=gpu, use_cpu=not gpu, report_to="none", seed=0, activation_checkpointing=False,
+            bf16=gpu, use_cpu=not gpu, report_to="none", seed=0,
             save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True,
             model_init_kwargs={"dtype": results["dtype"]},
         )  # fmt: skip
@@ -457,17 +472,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"peak GPU memory allocated: {results['peak_gpu_memory_gib']:.1f} GiB (all trainers held at once)")
         _write(path, results)  # (a) is kept if (b) runs past the limit
 
-        sampler = next((t.trainer for t in timed if t.trainer is not None), None)
-        sampling: list[dict[str, Any]] = []
-        if sampler is not None:
-            sampling = hf_tokens_per_s(
-                sampler.model,
-                args.prompt_length + 1,
-                args.sample_batches,
-                args.sample_tokens,
-                1 if args.smoke else 2,
-                device,
-            )
+        built = next((t.trainer for t in timed if t.trainer is not None), None)
+        sampler = built.model if built is not None else load_model(model_dir, dtype, device)
+        sampling = hf_tokens_per_s(
+            sampler, args.prompt_length + 1, args.sample_batches, args.sample_tokens, 1 if args.smoke else 2, device
+        )
         for t in timed:
             t.trainer = None
         sampler = None

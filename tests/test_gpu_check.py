@@ -105,3 +105,29 @@ def test_timing_stops_at_the_budget_after_one_timed_round(gpu_check):
     assert gpu_check.time_steps(timed, [], "cpu", rounds=5, warmup=1, budget_s=0.0) == 1
     assert [len(t.gen) for t in timed] == [1, 1]
     assert gpu_check.time_steps(timed, [], "cpu", rounds=3, warmup=0, budget_s=1e9) == 3
+
+
+def test_checkpointing_is_turned_off_under_the_field_name_the_installed_transformers_has(gpu_check):
+    """transformers 5.20 renamed ``gradient_checkpointing`` to ``activation_checkpointing``; the lent H100 had 5.17,
+    and a hard-coded new name failed every trainer there."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Old:
+        gradient_checkpointing: bool = True
+
+    @dataclass
+    class New:
+        activation_checkpointing: bool = True
+
+    assert gpu_check.checkpointing_off(Old) == {"gradient_checkpointing": False}
+    assert gpu_check.checkpointing_off(New) == {"activation_checkpointing": False}
+
+
+def test_sampling_is_measured_when_no_trainer_builds(gpu_check, tmp_path):
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--smoke", "--json", str(out), "--trainers", "grpo:no_such_key=1"]) == 1
+    results = json.loads(out.read_text())
+    assert "error" in results["steps"][0]
+    (sampled,) = results["sampling"]
+    assert sampled["backend"] == "hf" and sampled["tokens_per_s"] > 0
