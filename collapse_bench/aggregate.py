@@ -18,7 +18,7 @@ from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, path_
 from collapse_bench.per_prompt import by_difficulty, versus_base
 from collapse_bench.runs import result_of, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
-from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_value
+from collapse_bench.stats import holm_paired, mean_ci, paired_difference
 
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
 SCALARS = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
@@ -101,6 +101,11 @@ def flat_metrics(split: dict[str, Any], ks: list[int]) -> dict[str, float | None
     crossover = crossover_k(m, ks) if m.get("lost_at") else m.get("crossover_k")
     out["crossover_k"] = math.nan if m.get("base_ahead_at_1") else math.inf if crossover is None else float(crossover)
     return out
+
+
+def _flats(results: dict[int, dict[str, Any]], splits: Sequence[str], ks: list[int]) -> dict[str, dict[int, Any]]:
+    """Per split, each seed's :func:`flat_metrics`."""
+    return {split: {s: flat_metrics(r["splits"][split], ks) for s, r in results.items()} for split in splits}
 
 
 def _ci_table(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -190,11 +195,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 entry["methods"][m.name] = {"label": m.label, "status": "tuning not finished"}
                 continue
             results = seed_results(bench, out, task.name, m.name, value)
-            per_split: dict[str, Any] = {}
-            flats: dict[str, dict[int, dict[str, Any]]] = {}
-            for split in bench.evaluation.splits:
-                flats[split] = {s: flat_metrics(r["splits"][split], ks) for s, r in results.items()}
-                per_split[split] = _ci_table(flats[split])
+            flats = _flats(results, bench.evaluation.splits, ks)
             train = _ci_table(  # step times are the machine's, not the method's: kept per run, not tabled
                 {
                     s: {k: v for k, v in r["train"].items() if v is not None and k != "seconds"}
@@ -208,7 +209,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
                 "inert_values": inert_values(bench, out, task.name, m.name),
                 "value": value,
                 "seeds": sorted(results),
-                "splits": per_split,
+                "splits": {split: _ci_table(f) for split, f in flats.items()},
                 "train": train,
             }
             if m.name == bench.baseline:
@@ -321,16 +322,13 @@ def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:
     """Holm–Bonferroni over a task's family of paired comparisons against the baseline (every method × split ×
     paired metric, ``PAIRED``): each paired difference gets ``p`` (paired t-test) and ``holm`` (True: it survives
     the correction at ``alpha``). Returns the family's size."""
-    family = {}
-    for name, data in entry["methods"].items():
-        for split, diffs in (data.get("paired_vs_baseline") or {}).items():
-            for key, diff in diffs.items():
-                diff["p"] = paired_p_value(diff)
-                family[(name, split, key)] = diff["p"]
-    survive = holm(family, alpha)
-    for (name, split, key), ok in survive.items():
-        entry["methods"][name]["paired_vs_baseline"][split][key]["holm"] = ok
-    return sum(1 for p in family.values() if p is not None)
+    family = {
+        (name, split, key): diff
+        for name, data in entry["methods"].items()
+        for split, diffs in (data.get("paired_vs_baseline") or {}).items()
+        for key, diff in diffs.items()
+    }
+    return holm_paired(family, alpha)
 
 
 def holm_flags_matched(entry: dict[str, Any], alpha: float = 0.05) -> int:
@@ -342,32 +340,24 @@ def holm_flags_matched(entry: dict[str, Any], alpha: float = 0.05) -> int:
     for name, data in entry["methods"].items():
         for i, level in enumerate(data.get("levels") or []):
             for key in ("effective_answers", "kl_pstar"):
-                level[key]["p"] = paired_p_value(level[key])
                 family[(name, i, key)] = level[key]
         matched = data.get("matched_validity")
         if matched:
             for key in ("effective_answers", "kl_pstar"):
-                matched[key]["p"] = paired_p_value(matched[key])
                 family[(name, "end", key)] = matched[key]
-    survive = holm({k: d["p"] for k, d in family.items()}, alpha)
-    for k, ok in survive.items():
-        family[k]["holm"] = ok
-    return sum(1 for d in family.values() if d["p"] is not None)
+    return holm_paired(family, alpha)
 
 
 def holm_flags_shifted(entry: dict[str, Any], alpha: float = 0.05) -> int:
     """Holm–Bonferroni over a task's family of shifted-verifier comparisons at matched validity (every method × each
     fixed validity level, Δ pass@K under the shifted verifier; Δ π(S) is descriptive): ``p`` and ``holm`` as in
     :func:`holm_flags`. Returns the family's size."""
-    family = {}
-    for name, data in entry["methods"].items():
-        for i, level in enumerate(data.get("levels_shifted") or []):
-            level["shifted_pass_kmax"]["p"] = paired_p_value(level["shifted_pass_kmax"])
-            family[(name, i)] = level["shifted_pass_kmax"]
-    survive = holm({k: d["p"] for k, d in family.items()}, alpha)
-    for k, ok in survive.items():
-        family[k]["holm"] = ok
-    return sum(1 for d in family.values() if d["p"] is not None)
+    family = {
+        (name, i): level["shifted_pass_kmax"]
+        for name, data in entry["methods"].items()
+        for i, level in enumerate(data.get("levels_shifted") or [])
+    }
+    return holm_paired(family, alpha)
 
 
 def code_states(bench: Benchmark, out: Path) -> dict[str, int]:
@@ -402,17 +392,11 @@ def beta_sweep(bench: Benchmark, out: Path) -> dict[str, Any]:
                 results = seed_results(bench, out, sweep.task, bench.baseline, None)
             else:
                 results = seed_results(bench, out, sweep.task, method, beta)
-            splits = {
-                split: _ci_table({s: flat_metrics(r["splits"][split], ks) for s, r in results.items()})
-                for split in bench.evaluation.splits
-            }
-            per_seed = {
-                split: {s: flat_metrics(r["splits"][split], ks) for s, r in results.items()}
-                for split in bench.evaluation.splits
-            }
+            per_seed = _flats(results, bench.evaluation.splits, ks)
+            splits = {split: _ci_table(f) for split, f in per_seed.items()}
             rows[method].append({"beta": beta, "seeds": sorted(results), "splits": splits, "per_seed": per_seed})
     points = {}
-    for method in getattr(sweep, "points", ()):
+    for method in sweep.points:
         value = chosen_value(bench, out, sweep.task, method)
         if bench.method(method).tune_key is not None and value is None:
             continue
@@ -420,9 +404,6 @@ def beta_sweep(bench: Benchmark, out: Path) -> dict[str, Any]:
         points[method] = {
             "value": value,
             "seeds": sorted(results),
-            "splits": {
-                split: _ci_table({s: flat_metrics(r["splits"][split], ks) for s, r in results.items()})
-                for split in bench.evaluation.splits
-            },
+            "splits": {split: _ci_table(f) for split, f in _flats(results, bench.evaluation.splits, ks).items()},
         }
     return {"task": sweep.task, "betas": list(sweep.betas), "methods": rows, "points": points}

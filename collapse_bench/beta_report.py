@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import matched_levels
-from collapse_bench.beta_spec import Study, study_runs
-from collapse_bench.beta_study import BASE, STATE, result_of
+from collapse_bench.beta_spec import Study
+from collapse_bench.beta_study import BASE, STATE, finished_results
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
@@ -38,15 +38,11 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
     base_mu = base["splits"]["train"]["summary"]["per_prompt"]["mu"]
     agg["base_mu_per_prompt"] = base_mu
     cells: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
-    for run in study_runs(study):
-        result = result_of(out, study, run)
-        if result is None:
-            agg["missing"].append(run.key)
-            continue
+    done, agg["missing"] = finished_results(study, out)
+    for run, result in done:
         cells.setdefault((run.arm, run.beta), []).append(result)
-        agg["code_states"][result.get("commit", "unknown")] = (
-            agg["code_states"].get(result.get("commit", "unknown"), 0) + 1
-        )
+        commit = result.get("commit", "unknown")
+        agg["code_states"][commit] = agg["code_states"].get(commit, 0) + 1
     for (arm, beta), results in cells.items():
         entry: dict[str, Any] = {
             "beta": beta,
@@ -220,10 +216,8 @@ def frontier(study: Study, out: Path, baseline: str = "grpo") -> list[str]:
     (:func:`collapse_bench.aggregate.matched_levels`): no end point is chosen, so the comparison needs no selection
     rule (one the untrained base could win); a β whose path never reaches a level has no row there."""
     paths: dict[tuple[str, float | None], dict[int, list[dict[str, Any]]]] = {}
-    for run in study_runs(study):
-        result = result_of(out, study, run)
-        if result is not None:
-            paths.setdefault((run.arm, run.beta), {})[run.seed] = result["path"]
+    for run, result in finished_results(study, out)[0]:
+        paths.setdefault((run.arm, run.beta), {})[run.seed] = result["path"]
     base = paths.get((baseline, None))
     if not base:
         return []

@@ -33,7 +33,6 @@ Output directory::
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import asdict
@@ -43,6 +42,7 @@ from typing import Any
 
 from collapse_bench.beta_spec import (
     SPLITS,
+    Arm,
     Convergence,
     Study,
     StudyRun,
@@ -62,7 +62,7 @@ from collapse_bench.measure import (
     training_summary,
     trajectory_point,
 )
-from collapse_bench.spec import recipe_argv
+from collapse_bench.spec import recipe_argv, run_settings
 from eval.records import write_json
 
 STATE = "study.json"
@@ -92,6 +92,18 @@ def plateau_step(path: list[dict[str, Any]], rule: Convergence) -> int | None:
 def result_of(out: Path, study: Study, run: StudyRun) -> dict[str, Any] | None:
     """A run's current result (:func:`collapse_bench.engine.read_result` at the run's identity)."""
     return read_result(out, run.key, run_identity(study, run))
+
+
+def finished_results(study: Study, out: Path) -> tuple[list[tuple[StudyRun, dict[str, Any]]], list[str]]:
+    """The study's finished runs with their results, in :func:`study_runs` order, and the keys of the others."""
+    done, missing = [], []
+    for run in study_runs(study):
+        result = result_of(out, study, run)
+        if result is None:
+            missing.append(run.key)
+        else:
+            done.append((run, result))
+    return done, missing
 
 
 # --------------------------------------------------------------------------------------------- the base
@@ -197,12 +209,7 @@ def train_settings(study: Study, run: StudyRun, directory: Path | str) -> dict[s
         settings["gguf_file"] = study.gguf_file
     if run.beta is not None:
         settings[arm.key] = run.beta
-    settings |= {
-        "task": study.task, "task_split": "train", "task_options": json.dumps(study.task_options), "seed": run.seed,
-        "output_dir": str(directory), "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none",
-        "disable_tqdm": True,
-    }  # fmt: skip
-    return settings
+    return settings | run_settings(study.task, study.task_options, run.seed, directory)
 
 
 def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
@@ -231,11 +238,30 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
     return {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
 
 
+def _budget(study: Study, arm: Arm) -> tuple[float, int]:
+    """An arm's learning rate and step budget: its own where set, else the study's shared settings."""
+    lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
+    return lr, int(arm.max_steps or study.common["max_steps"])
+
+
+def _exact_point(study: Study, b: dict[str, Any], batch: Any, logp: Any, beta: float) -> dict[str, Any]:
+    """A path point of an exact arm from the flat valid-set log-probs ``logp`` (prompt after prompt): the trajectory
+    numbers and the objective J at ``beta``."""
+    from rlvr_div.exact_objective import exact_objective
+
+    flat, logps = logp.tolist(), []
+    for ys in b["valid"]:
+        logps.append(flat[: len(ys)])
+        flat = flat[len(ys) :]
+    mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
+    return {**trajectory_point(mean, max(study.ks)), "objective": float(exact_objective(logp, batch, beta))}
+
+
 def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
     """Adam ascent on the exact objective from the base model (no sampling), with the same path; the whole budget."""
     import torch
 
-    from rlvr_div.exact_objective import ascend, exact_objective, valid_set_batch
+    from rlvr_div.exact_objective import ascend, valid_set_batch
     from rlvr_div.models import load_model, load_tokenizer
 
     arm = study.arm(run.arm)
@@ -244,21 +270,13 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     b = base["splits"]["train"]
     batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
-    kmax = max(study.ks)
-    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], kmax)}]
+    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
 
     def on_point(step: int, logp: Any, grad_norm: float) -> bool:
-        flat, logps = logp.tolist(), []
-        for ys in b["valid"]:
-            logps.append(flat[: len(ys)])
-            flat = flat[len(ys) :]
-        mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
-        objective = float(exact_objective(logp, batch, float(run.beta)))
-        path.append({"step": step, **trajectory_point(mean, kmax), "objective": objective, "grad_norm": grad_norm})
+        path.append({"step": step, **_exact_point(study, b, batch, logp, float(run.beta)), "grad_norm": grad_norm})
         return False  # the whole budget: cheap, and a slow drift after a plateau is what this arm is for
 
-    lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
-    steps = int(arm.max_steps or study.common["max_steps"])
+    lr, steps = _budget(study, arm)
     last = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
                      temperature=float(study.common.get("temperature", 1.0)),
                      max_grad_norm=float(study.common.get("max_grad_norm", 1.0)))  # fmt: skip
@@ -295,7 +313,6 @@ def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any])
     from rlvr_div.exact_objective import (
         ascend,
         closed_form_objective,
-        exact_objective,
         kl_to_tilted,
         valid_set_batch,
         valid_set_logprobs,
@@ -315,18 +332,13 @@ def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any])
         model.load_state_dict(torch.load(start, map_location="cpu"))
     b = base["splits"]["train"]
     batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
-    beta, kmax = float(run.beta), max(study.ks)
+    beta = float(run.beta)
     best = closed_form_objective([math.fsum(math.exp(x) for x in lp) for lp in b["logps"]], beta)
     temperature = float(study.common.get("temperature", 1.0))
 
     def point(step: int, logp: Any, grad_norm: float | None) -> dict[str, Any]:
-        flat, logps = logp.tolist(), []
-        for ys in b["valid"]:
-            logps.append(flat[: len(ys)])
-            flat = flat[len(ys) :]
-        mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
-        objective = float(exact_objective(logp, batch, beta))
-        return {"step": step, **trajectory_point(mean, kmax), "objective": objective, "gap": best - objective,
+        numbers = _exact_point(study, b, batch, logp, beta)
+        return {"step": step, **numbers, "gap": best - numbers["objective"],
                 "kl_p_beta": float(kl_to_tilted(logp, batch, beta)), "grad_norm": grad_norm}  # fmt: skip
 
     with torch.no_grad():
@@ -336,8 +348,8 @@ def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any])
         path.append(point(step, logp, grad_norm))
         return False
 
-    lr = float(arm.learning_rate if arm.learning_rate is not None else study.common.get("learning_rate", 3e-4))
-    last = ascend(model, batch, beta, lr, int(arm.max_steps or study.common["max_steps"]), study.path_every, on_point,
+    lr, steps = _budget(study, arm)
+    last = ascend(model, batch, beta, lr, steps, study.path_every, on_point,
                   temperature=temperature, max_grad_norm=float(study.common.get("max_grad_norm", 1.0)),
                   final_learning_rate=arm.final_learning_rate)  # fmt: skip
     model.eval()
@@ -368,7 +380,7 @@ def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> di
         "run": asdict(run), "identity": run_identity(study, run), "commit": worker_code(), **body,
         "plateau_step": plateau_step(body["path"], study.convergence), "steps": steps,
         "reached_stop_mu": reached_mu(body["path"], study.convergence),
-        "max_steps": int(study.arm(run.arm).max_steps or study.common["max_steps"]),
+        "max_steps": _budget(study, study.arm(run.arm))[1],
         "wall_seconds": time.perf_counter() - t0,
     }  # fmt: skip
     for leftover in directory.iterdir():  # the study keeps its measurements, not the trained weights

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from collapse_bench.spec import Primary
-from collapse_bench.stats import holm, mean_ci, paired_difference, paired_p_value
+from collapse_bench.stats import holm_paired, mean_ci, paired_difference
 
 CLASS_METRICS = ("mu", "minority_share")
 CLASS_CURVES = ("pass_at", "lost_at", "gained_at")
@@ -96,13 +96,11 @@ def primary_comparison(
             {s: _value(v, primary) for s, v in mine.items() if primary.cls in v},
             {s: _value(v, primary) for s, v in ref.items() if primary.cls in v},
         )
-        diff["p"] = paired_p_value(diff)
         rows[name] = diff
-    survive = holm({name: d["p"] for name, d in rows.items()}, primary.alpha)
-    for name, diff in rows.items():
-        diff["holm"] = survive[name]
-        diff["claimed"] = survive[name] and claimed(diff, primary.min_difference)
-    return {"spec": primary.describe(), "family": sum(1 for d in rows.values() if d["p"] is not None), "rows": rows}
+    family = holm_paired(rows, primary.alpha)
+    for diff in rows.values():
+        diff["claimed"] = diff["holm"] and claimed(diff, primary.min_difference)
+    return {"spec": primary.describe(), "family": family, "rows": rows}
 
 
 def _value(by_class: dict[str, Any], primary: Primary) -> float:

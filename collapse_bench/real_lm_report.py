@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import matched_levels
-from collapse_bench.beta_spec import Study, load_study, study_runs
-from collapse_bench.beta_study import BASE, result_of
+from collapse_bench.beta_spec import Study, load_study
+from collapse_bench.beta_study import BASE, finished_results
 from collapse_bench.markdown import pm as _pm
+from collapse_bench.markdown import table
 from collapse_bench.measure import SHIFT_TOP
 from collapse_bench.per_prompt import matched_with_prompts
 from collapse_bench.stats import holm, mean_ci
@@ -66,13 +67,9 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
                               "pass_at_kmax": m["pass_at"][kmax], "prompts": m["problems"],
                               **_shifted(m, kmax)}  # fmt: skip
     cells: dict[str, list[dict[str, Any]]] = {}
-    for run in study_runs(study):
-        result = result_of(out, study, run)
-        name = run.arm if run.beta is None else f"{run.arm} β={run.beta:g}"
-        if result is None:
-            agg["missing"].append(run.key)
-            continue
-        cells.setdefault(name, []).append(result)
+    done, agg["missing"] = finished_results(study, out)
+    for run, result in done:
+        cells.setdefault(run.arm if run.beta is None else f"{run.arm} β={run.beta:g}", []).append(result)
     for name, results in cells.items():
         arm = study.arm(results[0]["run"]["arm"])
         seconds = [r["train"]["seconds"] / max(1, r["steps"]) for r in results if r["train"].get("seconds")]
@@ -140,24 +137,19 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
     ]
     if agg["missing"]:
         lines += [f"Not finished yet: {', '.join(agg['missing'])}.", ""]
-    head = (f"| arm | seeds | steps | s/step | reached μ ≥ {study.convergence.stop_at_mu} | μ | effective answers "
-            f"| KL(p*‖π_v) | KL(u‖π_v) | cov@{k} | pass@{k} | sampled validity | non-canonical mass |")  # fmt: skip
+    head = ["arm", "seeds", "steps", "s/step", f"reached μ ≥ {study.convergence.stop_at_mu}", "μ", "effective answers",
+            "KL(p*‖π_v)", "KL(u‖π_v)", f"cov@{k}", f"pass@{k}", "sampled validity", "non-canonical mass"]  # fmt: skip
     for split in ("train", "test"):
-        lines += [f"## End of training, {split} prompts", "", head, "|" + "---|" * 13]
         b = agg["base"][split]
-        lines.append(
-            f"| base | – | 0 | – | – | {b['mu']:.3f} | {b['effective_answers']:.2f} | 0 | {b['kl_uniform']:.3f} "
-            f"| {b['cov_at_kmax']:.3f} | {b['pass_at_kmax']:.3f} | – | – |"
-        )
+        rows = [["base", "–", "0", "–", "–", f"{b['mu']:.3f}", f"{b['effective_answers']:.2f}", "0",
+                 *(f"{b[key]:.3f}" for key in ("kl_uniform", "cov_at_kmax", "pass_at_kmax")), "–", "–"]]  # fmt: skip
         for name, e in agg["arms"].items():
-            m = e["end"][split]
-            lines.append(
-                f"| {name} | {len(e['seeds'])} | {_pm(e['steps'], 1)} | {_pm(e['seconds_per_step'], 1)} "
-                f"| {e['reached']}/{len(e['seeds'])} | {_pm(m['mu'])} | {_pm(m['effective_answers'], 2)} "
-                f"| {_pm(m['kl_pstar'])} | {_pm(m['kl_uniform'])} | {_pm(m['cov_at_kmax'])} | {_pm(m['pass_at_kmax'])} "
-                f"| {_pm(m['sampled_validity'])} | {_pm(m['noncanonical_mass'], 4)} |"
-            )
-        lines.append("")
+            m, n = e["end"][split], len(e["seeds"])
+            rows.append([name, str(n), _pm(e["steps"], 1), _pm(e["seconds_per_step"], 1), f"{e['reached']}/{n}",
+                         _pm(m["mu"]), _pm(m["effective_answers"], 2), _pm(m["kl_pstar"]), _pm(m["kl_uniform"]),
+                         _pm(m["cov_at_kmax"]), _pm(m["pass_at_kmax"]), _pm(m["sampled_validity"]),
+                         _pm(m["noncanonical_mass"], 4)])  # fmt: skip
+        lines += [f"## End of training, {split} prompts", "", *table(head, rows), ""]
     dense = (
         ""
         if study.path_dense is None
@@ -173,16 +165,14 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
         "",
     ]
     shifted = any(SHIFTED_PATH_KEY in lv for levels in agg["matched"].values() for lv in levels)
-    extra = f" Δ pass@{k} shifted |" if shifted else ""
-    lines += [f"| arm | μ | n | Δ effective answers | Δ KL(p*‖π_v) | Δ KL(u‖π_v) |{extra}",
-              "|---|---|---|---|---|---|" + ("---|" if shifted else "")]  # fmt: skip
-    for name, levels in agg["matched"].items():
-        for lv in levels:
-            cell = f" {_pm(lv[SHIFTED_PATH_KEY])} |" if shifted else ""
-            lines.append(
-                f"| {name} | {lv['mu']:g} | {len(lv['seeds'])} | {_pm(lv['effective_answers'], 2)} "
-                f"| {_pm(lv['kl_pstar'])} | {_pm(lv['kl_uniform'])} |{cell}"
-            )
+    head = ["arm", "μ", "n", "Δ effective answers", "Δ KL(p*‖π_v)", "Δ KL(u‖π_v)"] + [f"Δ pass@{k} shifted"] * shifted
+    rows = [
+        [name, f"{lv['mu']:g}", str(len(lv["seeds"])), _pm(lv["effective_answers"], 2), _pm(lv["kl_pstar"]),
+         _pm(lv["kl_uniform"])] + [_pm(lv.get(SHIFTED_PATH_KEY))] * shifted
+        for name, levels in agg["matched"].items()
+        for lv in levels
+    ]  # fmt: skip
+    lines += table(head, rows)
     if agg["base"]["train"].get("shifted_mass") is not None:
         lines += ["", *_shifted_lines(agg, k)]
     if agg.get("primary"):
@@ -203,17 +193,15 @@ def _shifted_lines(agg: dict[str, Any], k: int) -> list[str]:
         "",
     ]
     for split in ("train", "test"):
-        lines += [f"{split} prompts:", "", f"| arm | π(S) | pass@1 | pass@{k} | lost at {k} | gained at {k} |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
         b = agg["base"][split]
-        lines.append(f"| base | {b['shifted_mass']:.4f} | {b['shifted_pass_1']:.4f} | {b['shifted_pass_kmax']:.3f} "
-                     "| – | – |")  # fmt: skip
+        rows = [["base", f"{b['shifted_mass']:.4f}", f"{b['shifted_pass_1']:.4f}", f"{b['shifted_pass_kmax']:.3f}",
+                 "–", "–"]]  # fmt: skip
         for name, e in agg["arms"].items():
             m = e["end"][split]
-            lines.append(f"| {name} | {_pm(m['shifted_mass'], 4)} | {_pm(m['shifted_pass_1'], 4)} "
-                         f"| {_pm(m['shifted_pass_kmax'])} | {_pm(m['shifted_lost_kmax'], 2)} "
-                         f"| {_pm(m['shifted_gained_kmax'], 2)} |")  # fmt: skip
-        lines.append("")
+            rows.append([name, _pm(m["shifted_mass"], 4), _pm(m["shifted_pass_1"], 4), _pm(m["shifted_pass_kmax"]),
+                         _pm(m["shifted_lost_kmax"], 2), _pm(m["shifted_gained_kmax"], 2)])  # fmt: skip
+        head = ["arm", "π(S)", "pass@1", f"pass@{k}", f"lost at {k}", f"gained at {k}"]
+        lines += [f"{split} prompts:", "", *table(head, rows), ""]
     return lines
 
 
@@ -234,20 +222,21 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
     ]
     if entry.get("missing"):
         return [*lines, f"Not computed: no finished runs of {', '.join(entry['missing'])}."]
-    lines += ["| μ | seeds | difference | 95% interval | se (seeds) | se (prompts) | missed | p | Holm | supported |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = []
     for lv in entry["levels"]:
         if lv["mean"] is None:
-            lines.append(f"| {lv['level']:g} | 0 | – | – | – | – | – | – | – | no |")
+            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 7 + ["no"])
             continue
         interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
         se_s = "–" if lv["se_seeds"] is None else f"{lv['se_seeds']:.3f}"
         se_p = "–" if lv["se_prompts"] is None else f"{lv['se_prompts']:.3f}"
         pv = "–" if lv["p"] is None else f"{lv['p']:.3g}"
         missed = "–" if lv["lo"] is None else f"{lv['missed_draws']}/{p.resamples * lv['n']}"
-        lines.append(f"| {lv['level']:g} | {lv['n']} | {lv['mean']:+.3f} | {interval} | {se_s} | {se_p} | {missed} "
-                     f"| {pv} | {'yes' if lv['holm'] else 'no'} | {'yes' if lv['supported'] else 'no'} |")  # fmt: skip
-    return lines
+        rows.append([f"{lv['level']:g}", str(lv["n"]), f"{lv['mean']:+.3f}", interval, se_s, se_p, missed, pv,
+                     "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
+    head = ["μ", "seeds", "difference", "95% interval", "se (seeds)", "se (prompts)", "missed", "p", "Holm",
+            "supported"]  # fmt: skip
+    return [*lines, *table(head, rows)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     study, out = load_study(args.config), Path(args.out)
     agg = aggregate(study, out)
     command = f"python -m collapse_bench.real_lm_report --config {args.config} --out {args.out}"
-    write_json(out / "report.json", {k: v for k, v in agg.items()})
+    write_json(out / "report.json", agg)
     (out / "report.md").write_text(report(agg, command, study, args.config))
     print((out / "report.md").read_text())
     return 0

@@ -283,7 +283,7 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                  base_mu: list[float] | None, failures: list[str]) -> Path:  # fmt: skip
     kmax = agg["ks"][-1]
     split = agg["report_on"]
-    plots = write_plots(agg, out, toy, base_mu)
+    write_plots(agg, out, toy, base_mu)
     lines = header + [""]
     for name, entry in agg["tasks"].items():
         lines += [f"## Task `{name}`", "", "### Training", ""] + training_table(entry)
@@ -438,4 +438,4 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
         lines += ["## Failed runs", ""] + [f"- {f}" for f in failures] + [""]
     path = out / "collapse.md"
     path.write_text("\n".join(lines) + "\n")
-    return path if plots is not None else path
+    return path

@@ -18,7 +18,7 @@ def sampled_and_exact(
     exactly after every step: ((step s, the rollouts' validity at step s, the exact μ of the policy that drew them,
     i.e. after s − 1 updates) for s = 1..steps, the base's exact μ per prompt)."""
     from collapse_bench.measure import exact_trajectory, logprobs_of, split_rows, summarise, valid_sets
-    from collapse_bench.spec import recipe_argv
+    from collapse_bench.spec import recipe_argv, run_settings
     from rlvr_div.models import resolve_model
     from rlvr_div.train import main as train
 
@@ -29,10 +29,8 @@ def sampled_and_exact(
     settings = {
         "model_name_or_path": "tiny", "num_generations": 8, "per_device_train_batch_size": 96,
         "max_completion_length": 8, "temperature": 1.0, "learning_rate": learning_rate, "lr_scheduler_type": "constant",
-        "max_steps": steps, "logging_steps": 1, "bf16": False, "use_cpu": True, "task": "pairsum",
-        "task_split": "train", "task_options": json.dumps({"max_target": 25}), "seed": seed, "output_dir": str(out),
-        "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none", "disable_tqdm": True,
-    }  # fmt: skip
+        "max_steps": steps, "logging_steps": 1, "bf16": False, "use_cpu": True,
+    } | run_settings("pairsum", {"max_target": 25}, seed, out)  # fmt: skip
     callback = exact_trajectory(prompts, valid, base, [1], 1, 1.0, path)
     if train(
         recipe_argv(str(Path(__file__).resolve().parents[1] / "recipes/tiny/grpo.yaml"), settings), callbacks=[callback]

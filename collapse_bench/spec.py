@@ -360,20 +360,20 @@ def run_argv(bench: Benchmark, run: Run, output_dir: str | Path, rehearsal_path:
         settings[sweep.key] = run.value
     elif method.tune_key is not None and run.value is not None:
         settings[method.tune_key] = run.value
-    settings |= {
-        "task": task.task,
-        "task_split": "train",
-        "task_options": json.dumps(task.task_options),
-        "seed": run.seed,
-        "output_dir": str(output_dir),
-        "overwrite_output_dir": True,
-        "save_strategy": "no",
-        "report_to": "none",
-        "disable_tqdm": True,
-    }
+    settings |= run_settings(task.task, task.task_options, run.seed, output_dir)
     if method.rehearsal:
         settings["rehearsal_path"] = str(rehearsal_path)
     return recipe_argv(method.recipe, settings)
+
+
+def run_settings(task: str, task_options: dict[str, Any], seed: int, output_dir: Path | str) -> dict[str, Any]:
+    """The settings every benchmark run passes to ``rlvr-div train`` last: the task's training split, the seed and
+    ``output_dir``, nothing saved or reported."""
+    return {
+        "task": task, "task_split": "train", "task_options": json.dumps(task_options), "seed": seed,
+        "output_dir": str(output_dir), "overwrite_output_dir": True, "save_strategy": "no", "report_to": "none",
+        "disable_tqdm": True,
+    }  # fmt: skip
 
 
 def recipe_argv(recipe: str, settings: dict[str, Any]) -> list[str]:

@@ -112,3 +112,14 @@ def holm(p_values: Mapping[Any, float | None], alpha: float = 0.05) -> dict[Any,
             break
         out[key] = True
     return out
+
+
+def holm_paired(family: Mapping[Any, dict[str, Any]], alpha: float = 0.05) -> int:
+    """Paired t-test and Holm–Bonferroni over a family of paired differences (:func:`paired_difference`'s dicts):
+    each gets ``p`` (:func:`paired_p_value`) and then ``holm`` (True: it survives at ``alpha``). Returns the number
+    tested (those with a p-value)."""
+    for diff in family.values():
+        diff["p"] = paired_p_value(diff)
+    for key, ok in holm({key: diff["p"] for key, diff in family.items()}, alpha).items():
+        family[key]["holm"] = ok
+    return sum(1 for diff in family.values() if diff["p"] is not None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collapse_bench.stats import mean_ci, paired_difference, t_cdf, t_quantile
+from collapse_bench.stats import holm_paired, mean_ci, paired_difference, paired_p_value, t_cdf, t_quantile
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,16 @@ def test_matched_levels_compares_both_paths_seed_by_seed_at_each_validity():
     # μ = 0.8: seed 1: method 16 + (0.3/0.4)·(12 − 16) = 13, baseline 10 + (0.1/0.25)·(5 − 10) = 8 → +5; seed 2's
     # method path never reaches 0.8, so only seed 1 is compared
     assert out[1]["seeds"] == [1] and out[1]["effective_answers"]["mean"] == pytest.approx(5.0)
+
+
+def test_holm_paired_marks_each_difference_and_counts_only_the_tested():
+    """p from the paired t-test, then Holm: the clear difference survives (p ≤ α/2), the noisy one does not, and
+    a one-seed difference has no p-value and is not part of the family's size."""
+    clear = paired_difference({1: 1.0, 2: 1.1, 3: 0.9, 4: 1.05}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0})
+    noisy = paired_difference({1: 1.0, 2: -1.0, 3: 0.5, 4: -0.4}, {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0})
+    single = paired_difference({1: 1.0}, {1: 0.0})
+    family = {"clear": clear, "noisy": noisy, "single": single}
+    assert holm_paired(family) == 2
+    assert clear["p"] == paired_p_value(clear) and clear["p"] <= 0.025 and clear["holm"] is True
+    assert noisy["p"] > 0.05 and noisy["holm"] is False
+    assert single["p"] is None and single["holm"] is False
