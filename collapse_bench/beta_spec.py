@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.measure import PER_PROMPT_PATH_KEYS
-from collapse_bench.spec import RESERVED, checked_mapping
+from collapse_bench.spec import RESERVED, checked_mapping, int_at_least, is_number, number_list, recipe_file
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
 
@@ -131,14 +131,8 @@ class StudyRun:
         return f"{self.arm}/{'none' if self.beta is None else f'{self.beta:g}'}/seed{self.seed}"
 
 
-def _positive_int(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
-    return value
-
-
 def _positive_number(value: Any, where: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+    if not is_number(value) or not 0 < value < float("inf"):
         raise ConfigError(f"{where} must be a positive number, got {value!r}")
     return float(value)
 
@@ -157,10 +151,10 @@ def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]
     if dtype not in DTYPES:
         raise ConfigError(f"arm {name!r}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     final = own.get("final_learning_rate")
-    if final is not None and (not isinstance(final, (int, float)) or isinstance(final, bool) or final <= 0):
+    if final is not None and (not is_number(final) or final <= 0):
         raise ConfigError(f"arm {name!r}: final_learning_rate must be a positive number, got {final!r}")
     perturbation = own.get("perturbation", 0.0)
-    if not isinstance(perturbation, (int, float)) or isinstance(perturbation, bool) or perturbation < 0:
+    if not is_number(perturbation) or perturbation < 0:
         raise ConfigError(f"arm {name!r}: perturbation must be a number >= 0, got {perturbation!r}")
     return {"final_learning_rate": None if final is None else float(final), "dtype": dtype,
             "perturbation": float(perturbation)}  # fmt: skip
@@ -198,8 +192,7 @@ def load_study(path: str | Path) -> Study:
             seeds):  # fmt: skip
         raise ConfigError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}")
     betas = raw.get("betas")
-    if not isinstance(betas, list) or not betas or not all(
-            isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in betas):  # fmt: skip
+    if not number_list(betas, lambda b: b > 0):
         raise ConfigError(f"betas must be a non-empty list of positive numbers, got {betas!r}")
     common = raw.get("common") or {}
     if not isinstance(common, dict):
@@ -207,9 +200,9 @@ def load_study(path: str | Path) -> Study:
     bad = sorted(set(common) & RESERVED)
     if bad:
         raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
-    _positive_int(common.get("max_steps"), "common.max_steps")
+    int_at_least(common.get("max_steps"), "common.max_steps", 1)
     conv = checked_mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
-    numbers = {k: v for k, v in conv.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+    numbers = {k: v for k, v in conv.items() if not is_number(v)}
     if numbers:
         key = next(iter(numbers))
         raise ConfigError(f"convergence.{key} must be a number, got {conv[key]!r}")
@@ -222,10 +215,10 @@ def load_study(path: str | Path) -> Study:
     if not isinstance(prompts, dict) or set(prompts) - set(SPLITS):
         raise ConfigError(f"prompts must map splits ({', '.join(SPLITS)}) to counts, got {prompts!r}")
     for split, n in prompts.items():
-        _positive_int(n, f"prompts.{split}")
+        int_at_least(n, f"prompts.{split}", 1)
     samples = raw.get("samples", 0)
     if samples != 0:
-        _positive_int(samples, "samples")
+        int_at_least(samples, "samples", 1)
     arms = []
     for i, a in enumerate(raw.get("arms") or []):
         a = checked_mapping(a, f"arms[{i}]", ARM_KEYS)
@@ -237,18 +230,14 @@ def load_study(path: str | Path) -> Study:
             raise ConfigError(f"arm {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
         recipe = None
         if kind not in ("exact", "anneal"):
-            recipe = root / str(a.get("recipe", ""))
-            if not a.get("recipe") or not recipe.is_file():
-                raise ConfigError(f"arm {name!r}: recipe {a.get('recipe')!r} is not a file (relative to {root})")
-            recipe = str(recipe)
+            recipe = recipe_file(root, a.get("recipe"), f"arm {name!r}")
         if kind == "sampled" and not isinstance(a.get("key"), str):
             raise ConfigError(f"arm {name!r}: a sampled arm needs `key`, the recipe key that β sets")
         overrides = a.get("overrides") or {}
         if set(overrides) & RESERVED:
             raise ConfigError(f"arm {name!r} overrides {sorted(set(overrides) & RESERVED)[0]!r}, set by the study")
         own = a.get("betas")
-        if own is not None and (not isinstance(own, list) or not own or not all(
-                isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 for b in own)):  # fmt: skip
+        if own is not None and not number_list(own, lambda b: b > 0):
             raise ConfigError(f"arm {name!r}: betas must be a non-empty list of positive numbers, got {own!r}")
         anneal = _anneal_settings(name, kind, a, own or betas)
         arm_seeds = a.get("seeds")
@@ -275,9 +264,9 @@ def load_study(path: str | Path) -> Study:
     if raw.get("path_dense") is not None:
         dense = checked_mapping(raw["path_dense"], "path_dense", PATH_DENSE_KEYS)
         above = dense.get("above_mu")
-        if not isinstance(above, (int, float)) or isinstance(above, bool) or not 0 <= above < 1:
+        if not is_number(above) or not 0 <= above < 1:
             raise ConfigError(f"path_dense.above_mu must be a number in [0, 1), got {above!r}")
-        path_dense = PathDense(float(above), _positive_int(dense.get("every"), "path_dense.every"))
+        path_dense = PathDense(float(above), int_at_least(dense.get("every"), "path_dense.every", 1))
     per_prompt = raw.get("path_per_prompt", False)
     if not isinstance(per_prompt, bool):
         raise ConfigError(f"path_per_prompt must be true or false, got {per_prompt!r}")
@@ -294,19 +283,19 @@ def load_study(path: str | Path) -> Study:
         task=str(raw.get("task", "pairsum")),
         task_options=dict(raw.get("task_options") or {}),
         seeds=tuple(seeds),
-        workers=_positive_int(raw.get("workers", 1), "workers"),
-        threads=_positive_int(raw.get("threads", 1), "threads"),
+        workers=int_at_least(raw.get("workers", 1), "workers", 1),
+        threads=int_at_least(raw.get("threads", 1), "threads", 1),
         betas=tuple(float(b) for b in betas),
         common=dict(common),
         ks=ks,
-        path_every=_positive_int(raw.get("path_every", 25), "path_every"),
+        path_every=int_at_least(raw.get("path_every", 25), "path_every", 1),
         convergence=convergence,
         arms=tuple(arms),
         root=str(root),
         gguf_file=None if raw.get("gguf_file") is None else str(raw["gguf_file"]),
         prompts=dict(prompts),
         samples=samples,
-        measure_batch_size=_positive_int(raw.get("measure_batch_size", 512), "measure_batch_size"),
+        measure_batch_size=int_at_least(raw.get("measure_batch_size", 512), "measure_batch_size", 1),
         reached_kl=_positive_number(raw.get("reached_kl", 0.01), "reached_kl"),
         path_dense=path_dense,
         path_per_prompt=per_prompt,
@@ -324,8 +313,7 @@ def _primary(raw: Any, arms: list[Arm], per_prompt: bool) -> Primary:
     if p.get("key") not in PER_PROMPT_PATH_KEYS:
         raise ConfigError(f"primary.key must be one of {', '.join(PER_PROMPT_PATH_KEYS)}, got {p.get('key')!r}")
     levels = p.get("levels")
-    if not isinstance(levels, list) or not levels or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 for v in levels):  # fmt: skip
+    if not number_list(levels, lambda v: 0 < v <= 1):
         raise ConfigError(f"primary.levels must be a non-empty list of validities in (0, 1], got {levels!r}")
     if p.get("direction") not in PRIMARY_DIRECTIONS:
         raise ConfigError(f"primary.direction must be one of {', '.join(PRIMARY_DIRECTIONS)}, got "
@@ -333,7 +321,7 @@ def _primary(raw: Any, arms: list[Arm], per_prompt: bool) -> Primary:
     if not per_prompt:
         raise ConfigError("primary needs path_per_prompt: true (its interval resamples the prompts)")
     return Primary(p["arm"], p["against"], p["key"], tuple(float(v) for v in levels), p["direction"],
-                   _positive_int(p.get("resamples", 2000), "primary.resamples"))  # fmt: skip
+                   int_at_least(p.get("resamples", 2000), "primary.resamples", 1))  # fmt: skip
 
 
 def study_runs(study: Study) -> list[StudyRun]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     if not isinstance(tune_seed, int) or tune_seed in seeds:
         raise ConfigError(f"tune_seed must be an integer that is not a reported seed {seeds}, got {tune_seed!r}")
     for key in ("workers", "threads"):
-        if not isinstance(raw.get(key, 1), int) or raw.get(key, 1) < 1:
-            raise ConfigError(f"{key} must be an integer >= 1, got {raw.get(key)!r}")
+        int_at_least(raw.get(key, 1), key, 1)
     common = checked_mapping(raw.get("common", {}), "common", set(raw.get("common", {}) or {}))
     _no_reserved(common, "common")
     ev = checked_mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
@@ -220,7 +220,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         n=int(ev.get("n", Evaluation.n)),
         trajectory_every=ev.get("trajectory_every", Evaluation.trajectory_every),
     )
-    _check_every(evaluation.trajectory_every, "evaluation.trajectory_every")
+    int_at_least(evaluation.trajectory_every, "evaluation.trajectory_every", 0)
     if not evaluation.ks or min(evaluation.ks) < 1 or list(evaluation.ks) != sorted(set(evaluation.ks)):
         raise ConfigError(f"evaluation.ks must be increasing integers >= 1, got {list(evaluation.ks)}")
     for key in ("select_on", "report_on"):
@@ -230,9 +230,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     for i, m in enumerate(raw.get("methods") or []):
         m = checked_mapping(m, f"methods[{i}]", METHOD_KEYS)
         name = _name(m, f"methods[{i}]")
-        recipe = root / str(m.get("recipe", ""))
-        if not m.get("recipe") or not recipe.is_file():
-            raise ConfigError(f"method {name!r}: recipe {m.get('recipe')!r} is not a file (relative to {root})")
+        recipe = recipe_file(root, m.get("recipe"), f"method {name!r}")
         tune = m.get("tune") or {}
         if not isinstance(tune, dict) or len(tune) > 1 or any(not isinstance(v, list) or not v for v in tune.values()):
             raise ConfigError(f"method {name!r}: tune must map one recipe key to a non-empty list of values")
@@ -258,7 +256,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
                 raise ConfigError(f"task {name!r} must run the baseline {baseline!r}")
         _no_reserved(t.get("overrides") or {}, f"task {name!r} overrides")
         if t.get("trajectory_every") is not None:
-            _check_every(t["trajectory_every"], f"task {name!r} trajectory_every")
+            int_at_least(t["trajectory_every"], f"task {name!r} trajectory_every", 0)
         tasks.append(Task(name, str(t.get("task", name)), dict(t.get("task_options") or {}),
                           dict(t.get("overrides") or {}), tuple(only) if only else None,
                           dict(t.get("rehearsal") or {}), t.get("trajectory_every")))  # fmt: skip
@@ -327,20 +325,37 @@ def _primary(raw: Any, tasks: list[Task], evaluation: Evaluation) -> Primary:
     if PRIMARY_METRICS[p["metric"]] and k not in evaluation.ks:
         raise ConfigError(f"primary.k {k!r} is not one of evaluation.ks {list(evaluation.ks)}")
 
-    def number(x: Any) -> bool:
-        return isinstance(x, int | float) and not isinstance(x, bool)
-
     min_difference, alpha = p["min_difference"], p.get("alpha", 0.05)
-    if not number(min_difference) or min_difference < 0:
+    if not is_number(min_difference) or min_difference < 0:
         raise ConfigError(f"primary.min_difference must be a number >= 0, got {min_difference!r}")
-    if not number(alpha) or not 0 < alpha < 1:
+    if not is_number(alpha) or not 0 < alpha < 1:
         raise ConfigError(f"primary.alpha must be a number in (0, 1), got {alpha!r}")
     return Primary(str(p["task"]), p["split"], str(p["class"]), p["metric"], k, float(min_difference), float(alpha))
 
 
-def _check_every(value: Any, where: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{where} must be an integer >= 0, got {value!r}")
+def is_number(x: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def number_list(value: Any, ok: Callable[[float], bool]) -> bool:
+    """Whether ``value`` is a non-empty list of numbers that all pass ``ok``."""
+    return isinstance(value, list) and bool(value) and all(is_number(v) and ok(v) for v in value)
+
+
+def int_at_least(value: Any, where: str, low: int) -> int:
+    """``value`` if it is an integer (not a bool) >= ``low``; else a one-line ConfigError naming ``where``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{where} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def recipe_file(root: Path, recipe: Any, where: str) -> str:
+    """The recipe file ``recipe`` names, relative to the config's directory ``root``; a ConfigError if none."""
+    path = root / str(recipe or "")
+    if not recipe or not path.is_file():
+        raise ConfigError(f"{where}: recipe {recipe!r} is not a file (relative to {root})")
+    return str(path)
 
 
 def _no_reserved(settings: dict[str, Any], where: str) -> None:

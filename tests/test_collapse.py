@@ -108,6 +108,7 @@ def test_grid_shares_runs_between_tuning_and_the_beta_sweep():
         ({"baseline": "ghost"}, "baseline 'ghost' is not a method"),
         ({"methods": [{"name": "m", "recipe": "missing.yaml"}]}, "recipe 'missing.yaml' is not a file"),
         ({"evaluation": {"ks": [4, 1]}}, "increasing"),
+        ({"workers": True}, "workers must be an integer >= 1, got True"),  # a bool is not a count
         ({"evaluation": {"trajectory_every": 2.5}}, "evaluation.trajectory_every must be an integer >= 0, got 2.5"),
         ({"tasks": [{"name": "pairsum", "trajectory_every": -1}]}, "task 'pairsum' trajectory_every must be"),
         ({"tasks": [{"name": "pairsum", "task": "pairsum", "methods": ["grpo_reverse_kl"]}]}, "must run the baseline"),
