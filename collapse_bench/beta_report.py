@@ -16,7 +16,7 @@ from collapse_bench.beta_study import BASE, STATE, finished_results
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
-from collapse_bench.plotting import beta_sweep_figure
+from collapse_bench.plotting import beta_sweep_figure, pyplot, save
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json
 from rlvr_div.calibration import mean_validity_at
@@ -264,10 +264,7 @@ def arm_comparison(agg: dict[str, Any]) -> list[str]:
 
 
 def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any] | None) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     base_eff = agg["base"]["train"]["effective_answers"]
     betas = sorted(study.betas)
@@ -305,8 +302,4 @@ def write_plots(agg: dict[str, Any], study: Study, out: Path, toy: dict[str, Any
     axes[0][0].set_ylabel("validity μ (mean over seeds)")
     axes[1][0].set_ylabel("effective valid answers (dashed: p*)")
     axes[2][0].set_ylabel("KL(p*‖π_v), nats (dashed: the optimum)")
-    fig.tight_layout()
-    second = out / "beta_paths.png"
-    fig.savefig(second, dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return [first, second]
+    return [first, save(fig, out / "beta_paths.png", 90)]

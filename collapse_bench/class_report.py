@@ -10,6 +10,7 @@ from typing import Any
 
 from collapse_bench.markdown import diff_cell, table
 from collapse_bench.markdown import pm as _pm
+from collapse_bench.plotting import pyplot, save
 
 MARKERS = "osD^v<>pPhX*"
 
@@ -88,10 +89,7 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
     """``lost_<task>.png`` (expected problems lost against the base at every k, per class, mean ± 95% CI over seeds)
     and ``minority_<task>.png`` (the minority strategy's share on the held-out prompts of each class along
     training)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     classes = list(entry.get("base_by_class", {}).get(split) or {})
     if not classes:
@@ -112,7 +110,7 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
         ax.set_ylabel(f"problems lost against the base (of {entry['base_by_class'][split][c]['problems']})")
         ax.set_title(f"{name}: class '{c}', {split} split (mean ± 95% CI over seeds)", fontsize=9)
         ax.grid(alpha=0.3)
-    paths.append(_save(fig, axes, out / f"lost_{name}.png", plt))
+    paths.append(_save(fig, axes, out / f"lost_{name}.png"))
     keys = [f"minority_share_{c}" for c in classes]
     if any((m.get("held_out_path") or {}).get(k) for m in entry["methods"].values() for k in keys):
         fig, axes = plt.subplots(1, len(classes), figsize=(6.2 * len(classes), 4.6), squeeze=False)
@@ -128,14 +126,11 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
             ax.set_ylabel("π(minority strategy | valid) (exact)")
             ax.set_title(f"{name}: class '{c}', {split} split (mean over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
-        paths.append(_save(fig, axes, out / f"minority_{name}.png", plt))
+        paths.append(_save(fig, axes, out / f"minority_{name}.png"))
     return paths
 
 
-def _save(fig: Any, axes: Any, path: Path, plt: Any) -> Path:
+def _save(fig: Any, axes: Any, path: Path) -> Path:
     """One legend right of the last panel, then the figure written to ``path`` and closed."""
     axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, path, 110)

@@ -7,6 +7,24 @@ from pathlib import Path
 from typing import Any
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (files, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: Path, dpi: int) -> Path:
+    """The figure laid out tightly, written to ``path`` at ``dpi`` and closed."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    pyplot().close(fig)
+    return path
+
+
 def error_bar(ci: dict[str, Any], lo: float, hi: float) -> list[list[float]]:
     """An asymmetric error bar for ``errorbar``: the t-interval clipped to the quantity's range [lo, hi] (with 2 seeds
     the interval is ±12.7 sd and would leave it)."""
@@ -39,10 +57,7 @@ def beta_sweep_figure(
     validity μ(β) = mean over prompts of σ(logit A + 1/β) (from ``base_mu``, the base's per-prompt validity), p*'s
     effective answers and KL(p*‖π_v) = 0 (p_β's valid part is p* at every β); the toy lab's reverse-KL optima per
     family on the frontier (``toy``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from rlvr_div.calibration import mean_validity_at
 
@@ -98,7 +113,4 @@ def beta_sweep_figure(
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi)

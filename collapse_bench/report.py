@@ -20,7 +20,7 @@ from collapse_bench.markdown import marks as _marks
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
-from collapse_bench.plotting import beta_sweep_figure, error_bar
+from collapse_bench.plotting import beta_sweep_figure, error_bar, pyplot, save
 from collapse_bench.stats import paired_difference
 from rlvr_div.calibration import mean_validity_at
 
@@ -167,10 +167,7 @@ MARKERS = "osD^vP<X>p*h"
 
 
 def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base_mu: list[float] | None) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     kmax = agg["ks"][-1]
@@ -207,11 +204,7 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             ax.set_title(f"{name}: {title} (mean ± 95% CI over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
         axes[0][-1].legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        fig.tight_layout()
-        path = out / f"pareto_{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save(fig, out / f"pareto_{name}.png", 110))
         if multi:
             fig, ax = plt.subplots(figsize=(7.5, 4.8))
             base = entry["base"]["train"]
@@ -233,11 +226,7 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             ax.set_title(f"{name}: validity vs diversity (mean ± 95% CI over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
-            fig.tight_layout()
-            path = out / f"frontier_{name}.png"
-            fig.savefig(path, dpi=110, bbox_inches="tight")
-            plt.close(fig)
-            paths.append(path)
+            paths.append(save(fig, out / f"frontier_{name}.png", 110))
         paths += write_class_plots(name, entry, split, agg["ks"], out)
     if "beta_sweep" in agg:
         paths.append(_sweep_plot(agg, out, toy, base_mu))
