@@ -23,7 +23,7 @@ DTYPES = ("float32", "float64")
 ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")  # the anneal arm's own settings
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
-            "reached_kl", "path_dense", "path_per_prompt", "primary", "extends"}  # fmt: skip
+            "reached_kl", "path_dense", "path_per_prompt", "primary", "checkpoint_every", "extends"}  # fmt: skip
 ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas", "seeds",
             "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
@@ -115,6 +115,9 @@ class Study:
     path_dense: PathDense | None = None
     path_per_prompt: bool = False  # path points also carry each measured prompt's μ, KL(p*‖π_v), effective answers
     primary: Primary | None = None  # the study's primary comparison, written before its runs
+    # a sampled run or point keeps its last checkpoint every this many steps and resumes from it after a kill
+    # (:mod:`collapse_bench.run_progress`; None: an unfinished run starts over); not part of a run's identity
+    checkpoint_every: int | None = None
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -277,6 +280,13 @@ def load_study(path: str | Path) -> Study:
                 f"{key} shapes the training path of sampled arms and points; arm {exact!r} is "
                 "sampling-free (its path is every path_every steps, means only)"
             )
+    checkpoint_every = raw.get("checkpoint_every")
+    if checkpoint_every is not None:
+        int_at_least(checkpoint_every, "checkpoint_every", 1)
+        exact = next((a.name for a in arms if a.kind in ("exact", "anneal")), None)
+        if exact is not None:
+            raise ConfigError(f"checkpoint_every checkpoints runs trained by rlvr-div train; arm {exact!r} is "
+                              "sampling-free (its runs start over); remove checkpoint_every or that arm")  # fmt: skip
     primary = None if raw.get("primary") is None else _primary(raw["primary"], arms, per_prompt)
     return Study(
         model=str(raw.get("model", "tiny")),
@@ -300,6 +310,7 @@ def load_study(path: str | Path) -> Study:
         path_dense=path_dense,
         path_per_prompt=per_prompt,
         primary=primary,
+        checkpoint_every=checkpoint_every,
     )
 
 

@@ -1,8 +1,9 @@
 """The β study (issue 24): does the diversity of a neural policy shrink as the KL coefficient β falls, once each
 objective has converged, and is it the objective, the sampler or the parameterisation?
 
-``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta`` (resumable at the granularity of a run);
-its configuration is :mod:`collapse_bench.beta_spec`.
+``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta`` (resumable at the granularity of a run,
+and within a sampled run or point from its last checkpoint with ``checkpoint_every``); its configuration is
+:mod:`collapse_bench.beta_spec`.
 
 A run is (arm, β, seed). An arm is
 - **sampled**: ``rlvr-div train`` from the arm's recipe with the study's shared settings and the arm's own, its
@@ -27,6 +28,8 @@ Output directory::
     study.json                      the checked configuration and the code commit of each invocation
     base.json                       the base model measured exactly on the training and test prompts
     runs/<arm>/<beta>/seed<s>/result.json   the path, the plateau step (or none), the end measurements
+    runs/<arm>/<beta>/seed<s>/checkpoint-N/, progress.json   an unfinished run's last checkpoint and progress, with
+                                    ``checkpoint_every`` (:mod:`collapse_bench.run_progress`); gone once it finishes
     weights/<arm>/<beta>/seed<s>/   an anneal run's end weights, the next β's start (not part of the report)
     beta.md, beta.json, *.png       the report (:mod:`collapse_bench.beta_report`)
 """
@@ -62,6 +65,7 @@ from collapse_bench.measure import (
     training_summary,
     trajectory_point,
 )
+from collapse_bench.run_progress import Progress, progress_saver, saved_progress
 from collapse_bench.spec import recipe_argv, run_settings
 from eval.records import write_json
 
@@ -212,8 +216,12 @@ def train_settings(study: Study, run: StudyRun, directory: Path | str) -> dict[s
     return settings | run_settings(study.task, study.task_options, run.seed, directory)
 
 
-def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop."""
+def execute_sampled(
+    study: Study, out: Path, run: StudyRun, base: dict[str, Any], progress: Progress | None = None
+) -> dict[str, Any]:
+    """Train a sampled arm or a point through ``rlvr-div train`` with the exact path and the plateau stop. With the
+    study's ``checkpoint_every``, ``progress`` is the run's (:mod:`collapse_bench.run_progress`): its path goes on
+    from ``progress.path`` and training from ``progress.checkpoint`` when set."""
     from rlvr_div.models import load_tokenizer
     from rlvr_div.train import main as train
 
@@ -222,20 +230,29 @@ def execute_sampled(study: Study, out: Path, run: StudyRun, base: dict[str, Any]
     settings = train_settings(study, run, directory)
     b = base["splits"]["train"]
     temperature = float(study.common.get("temperature", 1.0))
-    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
-    if study.path_per_prompt:
-        path[0]["per_prompt"] = {k: b["summary"]["per_prompt"][k] for k in PER_PROMPT_PATH_KEYS}
+    path = progress.path if progress is not None else []
+    if not path:
+        path.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))})
+        if study.path_per_prompt:
+            path[0]["per_prompt"] = {k: b["summary"]["per_prompt"][k] for k in PER_PROMPT_PATH_KEYS}
     dense = None if study.path_dense is None else (study.path_dense.above_mu, study.path_dense.every)
     callback = exact_trajectory(b["prompts"], b["valid"], b["logps"], study.ks, study.path_every, temperature, path,
                                 stop=_stopper(study), append_eos=_append_eos(study),
                                 batch_size=study.measure_batch_size, dense=dense,
                                 per_prompt=study.path_per_prompt)  # fmt: skip
-    code = train(recipe_argv(arm.recipe, settings), callbacks=[callback])
+    callbacks = [callback]
+    if progress is not None:  # checkpoints every checkpoint_every steps, the progress after every step
+        settings |= {"save_strategy": "steps", "save_steps": study.checkpoint_every, "save_total_limit": 1}
+        if progress.checkpoint is not None:
+            settings |= {"overwrite_output_dir": False, "resume_from_checkpoint": progress.checkpoint}
+        callbacks.append(progress_saver(directory, run_identity(study, run), progress))
+    code = train(recipe_argv(arm.recipe, settings), callbacks=callbacks)
     if code:
         raise RuntimeError(f"training {run.key} exited with code {code}")
     model = _trained_model(directory)
     measured = _end_measurements(model, load_tokenizer(str(directory)), base, study, run.seed)
-    return {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
+    body = {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
+    return body | ({"resumed_at": progress.resumed_at} if progress is not None and progress.resumed_at else {})
 
 
 def _budget(study: Study, arm: Arm) -> tuple[float, int]:
@@ -360,21 +377,30 @@ def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any])
             "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
 
 
-EXECUTORS = {"sampled": execute_sampled, "point": execute_sampled, "exact": execute_exact, "anneal": execute_anneal}
-
-
 def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """One run from scratch, ``result.json`` written last (in a worker process; console output in its log)."""
-    return logged(Path(out_dir), run.key, _execute, study, Path(out_dir), run, base)
+    """One run, ``result.json`` written last (in a worker process; console output in its log): from scratch, or,
+    with the study's ``checkpoint_every``, from where an interrupted invocation saved it (then the log goes on)."""
+    out = Path(out_dir)
+    progress = None
+    if study.checkpoint_every is not None:
+        progress = saved_progress(run_dir(out, run.key), run_identity(study, run))
+    return logged(out, run.key, _execute, study, out, run, base, progress, append=progress is not None)
 
 
-def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any], progress: Progress | None) -> dict[str, Any]:
     directory = run_dir(out, run.key)
-    if directory.exists():
-        shutil.rmtree(directory)  # an unfinished run starts over
-    directory.mkdir(parents=True)
-    t0 = time.perf_counter()
-    body = EXECUTORS[study.arm(run.arm).kind](study, out, run, base)
+    if progress is None:
+        if directory.exists():
+            shutil.rmtree(directory)  # an unfinished run starts over
+        directory.mkdir(parents=True)
+        if study.checkpoint_every is not None:
+            progress = Progress()
+    t0 = time.perf_counter() if progress is None else progress.started
+    kind = study.arm(run.arm).kind
+    if kind in ("exact", "anneal"):
+        body = (execute_exact if kind == "exact" else execute_anneal)(study, out, run, base)
+    else:
+        body = execute_sampled(study, out, run, base, progress)
     steps = body["path"][-1]["step"]
     result = {
         "run": asdict(run), "identity": run_identity(study, run), "commit": worker_code(), **body,

@@ -138,12 +138,12 @@ def log_path(out: Path, key: str) -> Path:
     return out / "logs" / f"{key}.log"
 
 
-def logged(out: Path, key: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` with its console output (progress bars, warnings, a traceback) in the run's log; a failure is
-    raised again as one line naming the run and its log."""
+def logged(out: Path, key: str, fn: Callable[..., Any], *args: Any, append: bool = False) -> Any:
+    """``fn(*args)`` with its console output (progress bars, warnings, a traceback) in the run's log (after what it
+    holds with ``append``, a resumed run's); a failure is raised again as one line naming the run and its log."""
     log = log_path(out, key)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    with open(log, "a" if append else "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             return fn(*args)
         except Exception as e:  # reported by the study, with the run's name and its log

@@ -29,6 +29,7 @@ from typing import Any
 from rlvr_div.errors import ConfigError
 from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
+from rlvr_div.resume_order import epoch_replay
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 from rlvr_div.run_lock import directory_lock
 
@@ -169,7 +170,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
                 processing_class=tokenizer,
                 quantization_config=quantization_config(model),
                 peft_config=peft_config,
-                callbacks=[metrics_callback(Path(training.output_dir) / METRICS), *callbacks],
+                callbacks=[metrics_callback(Path(training.output_dir) / METRICS), epoch_replay(), *callbacks],
             )
         except ValueError as e:  # LoRA targets of a model whose config was not on disk before the load
             if is_lora_target_error(e):

@@ -372,6 +372,8 @@ def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path)
         ("path_dense: {above: 0.5, every: 2}", "unknown key 'above'"),
         ("path_per_prompt: yes please", "path_per_prompt must be true or false"),
         ("path_per_prompt: true", "path_per_prompt shapes the training path of sampled arms and points; arm 'exact'"),
+        ("checkpoint_every: 0", "checkpoint_every must be an integer >= 1"),
+        ("checkpoint_every: 5", "checkpoint_every checkpoints runs trained by rlvr-div train; arm 'exact' is"),
     ],
 )
 def test_path_settings_are_checked(tmp_path, extra, message):
@@ -566,3 +568,52 @@ def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_writ
     with pytest.raises(ConfigError, match="--max-runs must be at least 1, got 0"):
         main(["--config", str(tmp_path / "beta.yaml"), "--out", str(out), "--max-runs", "0", "--fresh"])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(tmp_path, tiny_path, monkeypatch,
+                                                                               every):  # fmt: skip
+    """A point (stock GRPO, 6 steps, a path point every 2, 2 prompts per step of 4: an epoch is 2 steps) with
+    checkpoint_every 2 or 3, killed after step 4 (training stopped there and the end measurement failing, as a kill
+    would leave it): the next invocation resumes from checkpoint-4 (an epoch boundary) or checkpoint-3 (mid-epoch),
+    keeps the path's points up to it, and ends with the numbers of the same run never interrupted (the sampler's
+    earlier epochs are replayed: rlvr_div.resume_order)."""
+    from collapse_bench import beta_study
+    from collapse_bench.run_progress import PROGRESS
+
+    config = BASE_CONFIG.replace("  - {name: exact, kind: exact}\n", "").split("  - {name: rkl")[0]
+    config = config.replace("max_steps: 4,", "max_steps: 6, per_device_train_batch_size: 8, num_generations: 4,")
+    config += "prompts: {train: 3, test: 2}\n"
+    plain = load_study(_write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]")))
+    checkpointed = load_study(
+        _write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]") + f"checkpoint_every: {every}\n")
+    )
+    run = StudyRun("grpo", None, 1)
+    from collapse_bench.beta_spec import run_identity
+
+    assert run_identity(plain, run) == run_identity(checkpointed, run)  # old results stay current
+    base = beta_study.measure_base(plain, tmp_path / "plain")
+    uninterrupted = beta_study.execute(plain, str(tmp_path / "plain"), run, base)
+
+    out = tmp_path / "checkpointed"
+    out.mkdir()
+    (out / "base.json").write_text((tmp_path / "plain" / "base.json").read_text())
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(beta_study, "_stopper", lambda study: lambda path: path[-1]["step"] >= 4)
+        m.setattr(beta_study, "_end_measurements", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            beta_study.execute(checkpointed, str(out), run, base)
+    directory = out / "runs" / run.key
+    saved = json.loads((directory / PROGRESS).read_text())
+    last = 4 // every * every
+    assert [p["step"] for p in saved["path"]] == [0, 2, 4] and (directory / f"checkpoint-{last}").is_dir()
+
+    resumed = beta_study.execute(checkpointed, str(out), run, base)
+    assert resumed["resumed_at"] == [last] and "resumed_at" not in uninterrupted
+    assert resumed["path"] == uninterrupted["path"] and resumed["splits"] == uninterrupted["splits"]
+    assert sorted(p.name for p in directory.iterdir()) == ["result.json"]
+    assert "killed" in (out / "logs" / "grpo" / "none" / "seed1.log").read_text()  # the log goes on
