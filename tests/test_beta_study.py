@@ -570,20 +570,22 @@ def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_writ
     assert not out.exists()
 
 
-@pytest.mark.parametrize("every", [2, 3])
+@pytest.mark.parametrize("every", [2, 3, "lora"])
 def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(tmp_path, tiny_path, monkeypatch,
                                                                                every):  # fmt: skip
     """A point (stock GRPO, 6 steps, a path point every 2, 2 prompts per step of 4: an epoch is 2 steps) with
-    checkpoint_every 2 or 3, killed after step 4 (training stopped there and the end measurement failing, as a kill
-    would leave it): the next invocation resumes from checkpoint-4 (an epoch boundary) or checkpoint-3 (mid-epoch),
-    keeps the path's points up to it, and ends with the numbers of the same run never interrupted (the sampler's
-    earlier epochs are replayed: rlvr_div.resume_order)."""
+    checkpoint_every 2 or 3 (and 2 with a LoRA adapter), killed after step 4 (training stopped there and the end
+    measurement failing, as a kill would leave it): the next invocation resumes from checkpoint-4 (an epoch
+    boundary) or checkpoint-3 (mid-epoch), keeps the path's points up to it, and ends with the numbers of the same
+    run never interrupted (the sampler's earlier epochs are replayed: rlvr_div.resume_order)."""
     from collapse_bench import beta_study
     from collapse_bench.run_progress import PROGRESS
 
     config = BASE_CONFIG.replace("  - {name: exact, kind: exact}\n", "").split("  - {name: rkl")[0]
     config = config.replace("max_steps: 4,", "max_steps: 6, per_device_train_batch_size: 8, num_generations: 4,")
     config += "prompts: {train: 3, test: 2}\n"
+    if every == "lora":  # the real-LM studies' setting: a LoRA adapter (and its optimiser state) is what resumes
+        config, every = config.replace("common: {", "common: {use_peft: true, lora_r: 4, "), 2
     plain = load_study(_write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]")))
     checkpointed = load_study(
         _write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]") + f"checkpoint_every: {every}\n")
