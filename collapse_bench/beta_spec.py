@@ -23,7 +23,8 @@ DTYPES = ("float32", "float64")
 ANNEAL_ONLY = ("final_learning_rate", "dtype", "perturbation")  # the anneal arm's own settings
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "prompts", "samples", "measure_batch_size", "seeds",
             "workers", "threads", "betas", "common", "ks", "path_every", "convergence", "arms",
-            "reached_kl", "path_dense", "path_per_prompt", "primary", "checkpoint_every", "extends"}  # fmt: skip
+            "reached_kl", "path_dense", "path_per_prompt", "primary", "checkpoint_every", "measure_shared_prefix",
+            "extends"}  # fmt: skip
 ARM_KEYS = {"name", "label", "kind", "recipe", "key", "overrides", "learning_rate", "max_steps", "betas", "seeds",
             "final_learning_rate", "dtype", "perturbation"}  # fmt: skip
 CONVERGENCE_KEYS = {"window", "tolerance", "min_steps", "stop_at_mu"}
@@ -118,6 +119,9 @@ class Study:
     # a sampled run or point keeps its last checkpoint every this many steps and resumes from it after a kill
     # (:mod:`collapse_bench.run_progress`; None: an unfinished run starts over); not part of a run's identity
     checkpoint_every: int | None = None
+    # the trained policy's exact measurements (path and end) share each prompt's forward among its valid answers:
+    # the same log-probs up to float round-off (rlvr_div.logprobs.prefix_shared_logprobs); not part of the identity
+    measure_shared_prefix: bool = False
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -287,6 +291,9 @@ def load_study(path: str | Path) -> Study:
         if exact is not None:
             raise ConfigError(f"checkpoint_every checkpoints runs trained by rlvr-div train; arm {exact!r} is "
                               "sampling-free (its runs start over); remove checkpoint_every or that arm")  # fmt: skip
+    shared_prefix = raw.get("measure_shared_prefix", False)
+    if not isinstance(shared_prefix, bool):
+        raise ConfigError(f"measure_shared_prefix must be true or false, got {shared_prefix!r}")
     primary = None if raw.get("primary") is None else _primary(raw["primary"], arms, per_prompt)
     return Study(
         model=str(raw.get("model", "tiny")),
@@ -311,6 +318,7 @@ def load_study(path: str | Path) -> Study:
         path_per_prompt=per_prompt,
         primary=primary,
         checkpoint_every=checkpoint_every,
+        measure_shared_prefix=shared_prefix,
     )
 
 

@@ -182,7 +182,8 @@ def _end_measurements(model: Any, tokenizer: Any, base: dict[str, Any], study: S
     for split in SPLITS:
         b = base["splits"][split]
         logps = sequence_logprobs(model, tokenizer, b["prompts"], b["valid"], temperature,
-                                  batch_size=study.measure_batch_size, append_eos=eos)  # fmt: skip
+                                  batch_size=study.measure_batch_size, append_eos=eos,
+                                  shared_prefix=study.measure_shared_prefix)  # fmt: skip
         out[split] = summarise(b["prompts"], b["valid"], [lp.tolist() for lp in logps], b["logps"], study.ks)
         if study.samples:
             counts = sample_tokenisations(model, tokenizer, b["prompts"], b["valid"], n=study.samples, append_eos=eos,
@@ -239,7 +240,8 @@ def execute_sampled(
     callback = exact_trajectory(b["prompts"], b["valid"], b["logps"], study.ks, study.path_every, temperature, path,
                                 stop=_stopper(study), append_eos=_append_eos(study),
                                 batch_size=study.measure_batch_size, dense=dense,
-                                per_prompt=study.path_per_prompt)  # fmt: skip
+                                per_prompt=study.path_per_prompt,
+                                shared_prefix=study.measure_shared_prefix)  # fmt: skip
     callbacks = [callback]
     if progress is not None:  # checkpoints every checkpoint_every steps, the progress after every step
         settings |= {"save_strategy": "steps", "save_steps": study.checkpoint_every, "save_total_limit": 1}

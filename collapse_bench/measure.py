@@ -346,6 +346,7 @@ def exact_trajectory(
     structure: Structure | None = None,
     dense: tuple[float, int] | None = None,
     per_prompt: bool = False,
+    shared_prefix: bool = False,
 ) -> Any:
     """A ``TrainerCallback`` that measures the training policy exactly on ``prompts`` (teacher forcing every valid
     answer, no sampling, so the run's random stream is untouched) after every ``every``-th optimiser step and the
@@ -355,7 +356,9 @@ def exact_trajectory(
     (``TaskSpec.ends_with_eos``). ``structure``: the prompts' :class:`Structure`, whose numbers the points then
     carry too. ``dense`` = (above_mu, dense_every): points every ``dense_every`` steps as well once the last point's
     μ exceeds above_mu (:func:`path_point_due`). ``per_prompt``: each point also holds ``per_prompt``, the prompts'
-    own :data:`PER_PROMPT_PATH_KEYS` in ``prompts``' order (a bootstrap over prompts reads the path from them)."""
+    own :data:`PER_PROMPT_PATH_KEYS` in ``prompts``' order (a bootstrap over prompts reads the path from them).
+    ``shared_prefix``: each prompt's forward is shared by its valid answers
+    (:func:`rlvr_div.exact.sequence_logprobs`)."""
     import torch
     from transformers import TrainerCallback
 
@@ -368,7 +371,8 @@ def exact_trajectory(
             was_training = model.training
             model.eval()
             with torch.no_grad():
-                logps = sequence_logprobs(model, processing_class, prompts, valid, temperature, batch_size, append_eos)
+                logps = sequence_logprobs(model, processing_class, prompts, valid, temperature, batch_size, append_eos,
+                                          shared_prefix)  # fmt: skip
             model.train(was_training)
             summary = summarise(prompts, valid, logps, base_logps, ks, structure)
             point = {"step": state.global_step, **trajectory_point(summary["mean"], kmax)}

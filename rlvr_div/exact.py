@@ -54,9 +54,13 @@ def sequence_logprobs(
     temperature: float = 1.0,
     batch_size: int = 512,
     append_eos: bool = True,
+    shared_prefix: bool = False,
 ) -> list[np.ndarray]:
     """log π(y ⊕ EOS | x) for every completion y of every prompt x: one float64 array per prompt (log π(y | x)
     without ``append_eos``, for completions that carry their own end, see ``TaskSpec.ends_with_eos``).
+    ``shared_prefix``: each prompt's forward is shared by its completions
+    (:func:`rlvr_div.logprobs.prefix_shared_logprobs`: the same numbers up to float round-off, far fewer tokens when
+    prompts are long and completions short; batches then hold one prompt's completions).
 
     Prompts are tokenised as TRL tokenises them: plain text with the tokenizer's special tokens added, chat messages
     through the chat template with the generation prompt (:func:`rlvr_div.sampling.encode_prompt`); completions
@@ -65,11 +69,12 @@ def sequence_logprobs(
     """
     import torch
 
-    from rlvr_div.logprobs import token_logprobs
+    from rlvr_div.logprobs import prefix_shared_logprobs, token_logprobs
     from rlvr_div.sampling import encode_prompt
 
     if tokenizer.eos_token_id is None:
         raise ValueError("exact validity needs a tokenizer with an EOS token")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     prompt_ids, completion_ids, owner = [], [], []
     for i, (prompt, ys) in enumerate(zip(prompts, completions, strict=True)):
         p = encode_prompt(tokenizer, prompt)
@@ -78,10 +83,16 @@ def sequence_logprobs(
             completion_ids.append(canonical_ids(tokenizer, y, append_eos))
             owner.append(i)
     with torch.no_grad():
-        per_token = token_logprobs(
-            model, prompt_ids, completion_ids, temperature=temperature, batch_size=batch_size,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-        )  # fmt: skip
+        if shared_prefix:
+            per_token = []
+            for i in range(len(prompts)):
+                mine = [j for j, o in enumerate(owner) if o == i]
+                if mine:
+                    per_token += prefix_shared_logprobs(model, prompt_ids[mine[0]], [completion_ids[j] for j in mine],
+                                                        temperature, batch_size, pad)  # fmt: skip
+        else:
+            per_token = token_logprobs(model, prompt_ids, completion_ids, temperature=temperature,
+                                       batch_size=batch_size, pad_token_id=pad)  # fmt: skip
     out = [np.zeros(len(ys)) for ys in completions]
     cursor = [0] * len(prompts)
     for i, lp in zip(owner, per_token):

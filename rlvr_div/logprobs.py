@@ -68,6 +68,54 @@ def token_logprobs(
     return out
 
 
+@torch.inference_mode()
+def prefix_shared_logprobs(
+    model: Any,
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[Sequence[int]],
+    temperature: float = 1.0,
+    batch_size: int = 16,
+    pad_token_id: int = 0,
+    chunk_size: int | None = None,
+) -> list[list[float]]:
+    """:func:`token_logprobs` of the completions of one prompt with the prompt's forward shared: the prompt but its
+    last token runs once, and each batch of completions continues from a copy of its key/value cache in rows [last
+    prompt token | completion | padding]. The same log-probs up to float round-off (matrix products over other
+    shapes); the prompt's tokens are computed once instead of once per completion, which is most of the work when
+    the prompt is long and the completions short (a chat template around a short question)."""
+    import copy
+
+    if len(prompt_ids) < 2:
+        return token_logprobs(model, [prompt_ids] * len(completion_ids), completion_ids, temperature, batch_size,
+                              pad_token_id, chunk_size=chunk_size)  # fmt: skip
+    if temperature <= 0:
+        raise ConfigError(f"token log-probs need temperature > 0, got {temperature}")
+    device = model.device
+    head = torch.tensor([list(prompt_ids[:-1])], device=device)
+    cache = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True).past_key_values
+    order = sorted(range(len(completion_ids)), key=lambda i: -len(completion_ids[i]))
+    out: list[list[float]] = [[] for _ in completion_ids]
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        if max(len(completion_ids[i]) for i in rows) == 0:
+            continue
+        ids, attention, columns = left_aligned_rows(
+            [[prompt_ids[-1]]] * len(rows), [completion_ids[i] for i in rows], pad_token_id
+        )
+        attention = torch.cat([torch.ones(len(rows), head.size(1), dtype=attention.dtype), attention], dim=1)
+
+        def past(n: int = len(rows)) -> Any:
+            fresh = copy.deepcopy(cache)
+            fresh.batch_repeat_interleave(n)
+            return fresh
+
+        chosen = completion_logprobs(model, ids.to(device), attention.to(device), columns.to(device), temperature,
+                                     chunk_size, past=past).cpu().tolist()  # fmt: skip
+        for r, i in enumerate(rows):
+            out[i] = chosen[r][: len(completion_ids[i])]
+    return out
+
+
 def left_aligned_rows(
     prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,6 +141,7 @@ def completion_logprobs(
     columns: torch.Tensor,
     temperature: float = 1.0,
     chunk_size: int | None = None,
+    past: Callable[[], Any] | None = None,
 ) -> torch.Tensor:
     """(rows, C) log softmax(logits / T)[y_t] of the tokens after ``columns`` (:func:`left_aligned_rows`), in
     float32 (float64 for a float64 model), differentiable unless called under no_grad.
@@ -107,13 +156,17 @@ def completion_logprobs(
     scale), told by matching the model's own logits at the probe position bit for bit; a model whose head is none
     of these, or that calls no output-embeddings module, is scored by :func:`completion_logprobs_unchunked`'s
     forward with the log-softmax still chunked. Equal to :func:`completion_logprobs_unchunked` up to float round-off
-    (the head's matrix product runs over fewer rows)."""
+    (the head's matrix product runs over fewer rows).
+
+    ``past``: a function returning a fresh key/value cache of tokens that precede every row (each forward extends
+    the cache it is given); ``attention_mask`` then covers those tokens too (:func:`prefix_shared_logprobs`)."""
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
     targets = input_ids.gather(1, columns + 1)
-    split = _head_split(model, input_ids, attention_mask)
+    split = _head_split(model, input_ids, attention_mask, past)
     if split is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        cached = {} if past is None else {"past_key_values": past()}
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, **cached).logits
         logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
         n = chunk_size or _default_chunk(logits.size(-1))
         flat, flat_targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
@@ -194,7 +247,7 @@ _UNSPLIT: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _head_split(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, past: Callable[[], Any] | None = None
 ) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int] | None:
     """Run ``model`` with its output head fed one probe position: (head module, what the model applies after it,
     the head's input hidden states (rows, width, hidden), vocabulary size), or None (before any forward) for a model
@@ -215,7 +268,8 @@ def _head_split(
 
     handle = head.register_forward_pre_hook(probe, with_kwargs=True)
     try:
-        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        cached = {} if past is None else {"past_key_values": past()}
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, **cached).logits
     finally:
         handle.remove()
     hidden = seen[0] if len(seen) == 1 else None

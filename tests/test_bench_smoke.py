@@ -24,6 +24,7 @@ def test_every_script_has_a_smoke_mode():
     assert SCRIPTS == [
         "bench_divergence_step.py",
         "bench_dph_step.py",
+        "bench_exact_measure.py",
         "bench_logprob_memory.py",
         "bench_real_lm_step.py",
         "bench_rewards.py",

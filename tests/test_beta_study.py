@@ -373,6 +373,7 @@ def test_a_cached_base_measured_on_other_prompts_is_refused(tmp_path, tiny_path)
         ("path_per_prompt: yes please", "path_per_prompt must be true or false"),
         ("path_per_prompt: true", "path_per_prompt shapes the training path of sampled arms and points; arm 'exact'"),
         ("checkpoint_every: 0", "checkpoint_every must be an integer >= 1"),
+        ("measure_shared_prefix: 1", "measure_shared_prefix must be true or false"),
         ("checkpoint_every: 5", "checkpoint_every checkpoints runs trained by rlvr-div train; arm 'exact' is"),
     ],
 )
@@ -619,3 +620,26 @@ def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(
     assert resumed["path"] == uninterrupted["path"] and resumed["splits"] == uninterrupted["splits"]
     assert sorted(p.name for p in directory.iterdir()) == ["result.json"]
     assert "killed" in (out / "logs" / "grpo" / "none" / "seed1.log").read_text()  # the log goes on
+
+
+def test_a_shared_prompt_forward_changes_the_measured_path_by_round_off_only(tmp_path, tiny_path):
+    """The same point (stock GRPO, 4 steps) measured with and without measure_shared_prefix: the training is the
+    same (exact measurement draws no random numbers), and every path and end number agrees to float round-off."""
+    from collapse_bench import beta_study
+
+    config = BASE_CONFIG.replace("  - {name: exact, kind: exact}\n", "").split("  - {name: rkl")[0]
+    config = config.replace("max_steps: 4,", "max_steps: 4, per_device_train_batch_size: 8, num_generations: 4,")
+    config = config.replace("seeds: [1, 2]", "seeds: [1]") + "prompts: {train: 3, test: 2}\n"
+    run = StudyRun("grpo", None, 1)
+    results = []
+    for shared in (False, True):
+        study = load_study(_write(tmp_path, config + f"measure_shared_prefix: {str(shared).lower()}\n"))
+        out = tmp_path / str(shared)
+        results.append(beta_study.execute(study, str(out), run, beta_study.measure_base(study, out)))
+    plain, shared = results
+    assert [p["step"] for p in plain["path"]] == [p["step"] for p in shared["path"]] == [0, 2, 4]
+    for a, b in zip(plain["path"], shared["path"], strict=True):
+        assert b["mu"] == pytest.approx(a["mu"], rel=1e-5) and b["kl_pstar"] == pytest.approx(a["kl_pstar"], abs=1e-5)
+    end = lambda r: r["splits"]["test"]["mean"]  # noqa: E731
+    assert end(shared)["mu"] == pytest.approx(end(plain)["mu"], rel=1e-5)
+    assert plain["train"]["reward_last"] == shared["train"]["reward_last"]

@@ -209,3 +209,29 @@ def test_an_unknown_head_is_probed_once_per_model(tiny, caplog):
         second = completion_logprobs(wrapped, *batch, chunk_size=2)
     assert len(calls) == 3 and caplog.text.count("known finish") == 1
     assert torch.equal(first, second)
+
+
+class _DoubledOnDevice(_Doubled):
+    """:class:`_Doubled` with the ``device`` that the row-building functions read."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+
+@pytest.mark.parametrize("wrapper", [None, _DoubledOnDevice])
+def test_a_shared_prompt_forward_gives_the_per_row_log_probs(tiny, wrapper):
+    """prefix_shared_logprobs (the prompt's cache shared by its completions, batches of 2 so the cache is copied
+    per batch) against token_logprobs (every row on its own) for each of the five prompts with all five
+    completions, a one-token prompt and an empty completion; also through the full-logits fallback."""
+    from rlvr_div.logprobs import prefix_shared_logprobs
+
+    model, _, (prompts, completions) = tiny
+    model = model if wrapper is None else wrapper(model)
+    for prompt in [*prompts, prompts[0][:1]]:
+        rows = [*completions, []]
+        got = prefix_shared_logprobs(model, prompt, rows, temperature=0.8, batch_size=2)
+        ref = token_logprobs(model, [prompt] * len(rows), rows, temperature=0.8, batch_size=16)
+        assert [len(g) for g in got] == [len(c) for c in rows]
+        for g, r in zip(got, ref, strict=True):
+            assert _close(torch.tensor(g), torch.tensor(r), tol=1e-5)
