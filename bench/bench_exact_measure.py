@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         out = sequence_logprobs(model, tokenizer, prompts, valid, temperature, study.measure_batch_size, eos, shared)
         return out, time.perf_counter() - t0
 
-    sequence_logprobs(model, tokenizer, prompts[:1], valid[:1], temperature, study.measure_batch_size, eos)  # warm-up
+    for shared in (False, True):  # warm-up
+        sequence_logprobs(model, tokenizer, prompts[:1], valid[:1], temperature, study.measure_batch_size, eos, shared)
     seconds: dict[bool, list[float]] = {False: [], True: []}
     results: dict[bool, list[np.ndarray]] = {}
     for r in range(args.rounds):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from math import gcd
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,9 @@ class Study:
     # a sampled run or point keeps its last checkpoint every this many steps and resumes from it after a kill
     # (:mod:`collapse_bench.run_progress`; None: an unfinished run starts over); not part of a run's identity
     checkpoint_every: int | None = None
-    # the trained policy's exact measurements (path and end) share each prompt's forward among its valid answers:
-    # the same log-probs up to float round-off (rlvr_div.logprobs.prefix_shared_logprobs); not part of the identity
+    # the exact measurements of the trained policy (the paths of sampled arms and points, every arm's end) share each
+    # prompt's forward among its valid answers: the same log-probs up to float round-off
+    # (rlvr_div.logprobs.prefix_shared_logprobs); not part of a run's identity
     measure_shared_prefix: bool = False
 
     def arm(self, name: str) -> Arm:
@@ -291,6 +293,8 @@ def load_study(path: str | Path) -> Study:
         if exact is not None:
             raise ConfigError(f"checkpoint_every checkpoints runs trained by rlvr-div train; arm {exact!r} is "
                               "sampling-free (its runs start over); remove checkpoint_every or that arm")  # fmt: skip
+        for a in arms:
+            _check_generation_boundary(a, common, checkpoint_every)
     shared_prefix = raw.get("measure_shared_prefix", False)
     if not isinstance(shared_prefix, bool):
         raise ConfigError(f"measure_shared_prefix must be true or false, got {shared_prefix!r}")
@@ -320,6 +324,29 @@ def load_study(path: str | Path) -> Study:
         checkpoint_every=checkpoint_every,
         measure_shared_prefix=shared_prefix,
     )
+
+
+def _check_generation_boundary(arm: Arm, common: dict[str, Any], every: int) -> None:
+    """Refuse a ``checkpoint_every`` that can fall inside one of TRL's generations: TRL generates a fresh batch every
+    g = steps_per_generation × num_iterations micro-batches (steps_per_generation defaults to the gradient
+    accumulation a, or generation_batch_size / per_device_train_batch_size; one process) and counts them from 0 again
+    on a resume, so a run resumed at c optimiser steps generates where the run never interrupted did only if c·a is
+    a multiple of g."""
+    settings = read_yaml_mapping(Path(str(arm.recipe)), "recipe") | common | arm.overrides
+    try:
+        a = int(settings.get("gradient_accumulation_steps", 1))
+        spg = settings.get("steps_per_generation")
+        if spg is None and settings.get("generation_batch_size") is not None:
+            spg = int(settings["generation_batch_size"]) // int(settings.get("per_device_train_batch_size", 8))
+        g = int(spg or a) * int(settings.get("num_iterations", 1))
+    except (TypeError, ValueError):
+        return  # a malformed value: rlvr-div train refuses it with its own one-line error
+    if g > 0 and every * a % g:
+        raise ConfigError(
+            f"checkpoint_every {every} falls inside a generation of arm {arm.name!r} (a fresh one every {g} "
+            f"micro-batches, {a} per optimiser step), so a resumed run would generate at other steps; use a "
+            f"multiple of {g // gcd(g, a)}"
+        )
 
 
 def _primary(raw: Any, arms: list[Arm], per_prompt: bool) -> Primary:

@@ -248,13 +248,25 @@ def execute_sampled(
         if progress.checkpoint is not None:
             settings |= {"overwrite_output_dir": False, "resume_from_checkpoint": progress.checkpoint}
         callbacks.append(progress_saver(directory, run_identity(study, run), progress))
-    code = train(recipe_argv(arm.recipe, settings), callbacks=callbacks)
-    if code:
-        raise RuntimeError(f"training {run.key} exited with code {code}")
-    model = _trained_model(directory)
-    measured = _end_measurements(model, load_tokenizer(str(directory)), base, study, run.seed)
+    trained = directory
+    if progress is not None and progress.checkpoint is not None and _trained_to_end(study, arm, progress):
+        trained = Path(progress.checkpoint)  # the killed invocation had ended training there: measure, train no more
+    else:
+        code = train(recipe_argv(arm.recipe, settings), callbacks=callbacks)
+        if code:
+            raise RuntimeError(f"training {run.key} exited with code {code}")
+    model = _trained_model(trained)
+    measured = _end_measurements(model, load_tokenizer(str(trained)), base, study, run.seed)
     body = {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
     return body | ({"resumed_at": progress.resumed_at} if progress is not None and progress.resumed_at else {})
+
+
+def _trained_to_end(study: Study, arm: Arm, progress: Progress) -> bool:
+    """Whether the checkpoint a run resumes from (step c) is where its training ended: c is the step budget, or c
+    is a path point that met the stop rule. Resumed there, the Trainer would train on (past the budget when it is not
+    a whole number of epochs, or to the next path point), so the run is measured from that checkpoint instead."""
+    step = progress.resumed_at[-1]
+    return step >= _budget(study, arm)[1] or (progress.path[-1]["step"] == step and _stopper(study)(progress.path))
 
 
 def _budget(study: Study, arm: Arm) -> tuple[float, int]:
@@ -411,10 +423,10 @@ def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any], progr
         "max_steps": _budget(study, study.arm(run.arm))[1],
         "wall_seconds": time.perf_counter() - t0,
     }  # fmt: skip
+    write_json(directory / RESULT, result)
     for leftover in directory.iterdir():  # the study keeps its measurements, not the trained weights
         if leftover.name != RESULT:
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-    write_json(directory / RESULT, result)
     return result
 
 

@@ -6,8 +6,12 @@ The next invocation of the study resumes such a run from its last complete check
 the points at steps <= c (the progress file is written before the checkpoint of the same step, so it always covers
 c). A changed run identity, an unreadable progress file or no complete checkpoint starts the run over. A resumed run
 restores the optimiser, the learning-rate schedule and the random states from the checkpoint (the Hugging Face
-Trainer's resume); its ``result.json`` records ``resumed_at``, and its ``wall_seconds`` count every invocation,
-including the steps after c that the kill threw away.
+Trainer's resume, with TRL's sampler's earlier epochs replayed: :mod:`rlvr_div.resume_order`), so it ends with the
+numbers of the run never interrupted where every optimiser step generates afresh (the study refuses a
+``checkpoint_every`` off an arm's generation boundary). A run whose training had ended at c (its step budget, or a
+path point that met the stop rule) is measured from checkpoint c without training further. Its ``result.json``
+records ``resumed_at``, and its ``wall_seconds`` count every invocation up to the last step each one finished
+(including the steps after c that the kill threw away).
 """
 
 from __future__ import annotations
@@ -41,16 +45,16 @@ class Progress:
 def saved_progress(directory: Path, identity: str) -> Progress | None:
     """The progress an interrupted run of ``identity`` left in ``directory``, cut back to its last complete
     checkpoint; None when the run must start over (no progress file, another identity, no complete checkpoint)."""
+    checkpoint = last_complete_checkpoint(directory)
     try:
         saved = json.loads((directory / PROGRESS).read_text())
-    except (OSError, ValueError):
+        if saved["identity"] != identity or checkpoint is None:
+            return None
+        step = checkpoint_step(checkpoint)
+        path = [p for p in saved["path"] if p["step"] <= step]
+        return Progress(path, time.perf_counter() - float(saved["seconds"]), [*saved["resumed_at"], step], checkpoint)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no progress file, or not one of ours
         return None
-    checkpoint = last_complete_checkpoint(directory)
-    if saved.get("identity") != identity or checkpoint is None:
-        return None
-    step = checkpoint_step(checkpoint)
-    path = [p for p in saved["path"] if p["step"] <= step]
-    return Progress(path, time.perf_counter() - float(saved["seconds"]), [*saved["resumed_at"], step], checkpoint)
 
 
 def progress_saver(directory: Path, identity: str, progress: Progress) -> Any:

@@ -571,14 +571,16 @@ def test_arms_limits_the_runs_to_do_and_a_bad_name_fails_before_anything_is_writ
     assert not out.exists()
 
 
-@pytest.mark.parametrize("every", [2, 3, "lora"])
+@pytest.mark.parametrize("every", [2, 3, "lora", "end"])
 def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(tmp_path, tiny_path, monkeypatch,
                                                                                every):  # fmt: skip
     """A point (stock GRPO, 6 steps, a path point every 2, 2 prompts per step of 4: an epoch is 2 steps) with
     checkpoint_every 2 or 3 (and 2 with a LoRA adapter), killed after step 4 (training stopped there and the end
     measurement failing, as a kill would leave it): the next invocation resumes from checkpoint-4 (an epoch
     boundary) or checkpoint-3 (mid-epoch), keeps the path's points up to it, and ends with the numbers of the same
-    run never interrupted (the sampler's earlier epochs are replayed: rlvr_div.resume_order)."""
+    run never interrupted (the sampler's earlier epochs are replayed: rlvr_div.resume_order). "end": 5 steps (not a
+    whole number of epochs), killed in the end measurement after training ended: the run is measured from
+    checkpoint-5, where a resumed Trainer would have trained a sixth step."""
     from collapse_bench import beta_study
     from collapse_bench.run_progress import PROGRESS
 
@@ -587,6 +589,9 @@ def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(
     config += "prompts: {train: 3, test: 2}\n"
     if every == "lora":  # the real-LM studies' setting: a LoRA adapter (and its optimiser state) is what resumes
         config, every = config.replace("common: {", "common: {use_peft: true, lora_r: 4, "), 2
+    end = every == "end"
+    if end:
+        config, every = config.replace("max_steps: 6,", "max_steps: 5,"), 2
     plain = load_study(_write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]")))
     checkpointed = load_study(
         _write(tmp_path, config.replace("seeds: [1, 2]", "seeds: [1]") + f"checkpoint_every: {every}\n")
@@ -606,14 +611,16 @@ def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(
         raise RuntimeError("killed")
 
     with monkeypatch.context() as m:
-        m.setattr(beta_study, "_stopper", lambda study: lambda path: path[-1]["step"] >= 4)
+        if not end:
+            m.setattr(beta_study, "_stopper", lambda study: lambda path: path[-1]["step"] >= 4)
         m.setattr(beta_study, "_end_measurements", killed)
         with pytest.raises(RuntimeError, match="killed"):
             beta_study.execute(checkpointed, str(out), run, base)
     directory = out / "runs" / run.key
     saved = json.loads((directory / PROGRESS).read_text())
-    last = 4 // every * every
-    assert [p["step"] for p in saved["path"]] == [0, 2, 4] and (directory / f"checkpoint-{last}").is_dir()
+    last = 5 if end else 4 // every * every
+    assert [p["step"] for p in saved["path"]] == ([0, 2, 4, 5] if end else [0, 2, 4])
+    assert (directory / f"checkpoint-{last}").is_dir()
 
     resumed = beta_study.execute(checkpointed, str(out), run, base)
     assert resumed["resumed_at"] == [last] and "resumed_at" not in uninterrupted
@@ -643,3 +650,15 @@ def test_a_shared_prompt_forward_changes_the_measured_path_by_round_off_only(tmp
     end = lambda r: r["splits"]["test"]["mean"]  # noqa: E731
     assert end(shared)["mu"] == pytest.approx(end(plain)["mu"], rel=1e-5)
     assert plain["train"]["reward_last"] == shared["train"]["reward_last"]
+
+
+def test_a_checkpoint_must_fall_on_a_generation_boundary(tmp_path):
+    """KL-Cov's recipe uses each generation for 2 optimiser steps (num_iterations 2): a checkpoint every odd step
+    would resume inside a generation, which TRL counts from 0 again, so it is refused; every 2 steps is accepted."""
+    config = (
+        BASE_CONFIG.split("arms:")[0]
+        + f"arms:\n  - {{name: klcov, kind: point, recipe: {ROOT}/recipes/tiny/kl_cov.yaml}}\n"
+    )
+    with pytest.raises(ConfigError, match="checkpoint_every 3 falls inside a generation of arm 'klcov' .* of 2"):
+        load_study(_write(tmp_path, config + "checkpoint_every: 3\n"))
+    assert load_study(_write(tmp_path, config + "checkpoint_every: 4\n")).checkpoint_every == 4
