@@ -97,8 +97,9 @@ def aggregate(study: Study, out: Path) -> dict[str, Any]:
 
 def primary(study: Study, agg: dict[str, Any]) -> dict[str, Any]:
     """The config's primary comparison: per level, ``arm`` − ``against`` in ``key`` at that validity with the
-    prompt-inclusive interval and p-value; Holm over the levels; ``supported`` where the difference has the declared
-    sign, its interval excludes 0 and it survives Holm."""
+    prompt-inclusive interval and p-value; Holm over the declared levels, a level with no value (an arm never reached
+    it) staying in the family as not rejected (p = 1: the family is the one written before the runs); ``supported``
+    where the difference has the declared sign, its interval excludes 0 and it survives Holm."""
     p = study.primary
     assert p is not None
     entry: dict[str, Any] = {"arm": p.arm, "against": p.against, "key": p.key, "direction": p.direction,
@@ -108,7 +109,7 @@ def primary(study: Study, agg: dict[str, Any]) -> dict[str, Any]:
         entry["missing"] = [name for name, e in ((p.arm, a), (p.against, b)) if e is None]
         return entry
     levels = [matched_with_prompts(a["paths"], b["paths"], mu, p.key, p.resamples) for mu in p.levels]
-    survives = holm({i: lv["p"] for i, lv in enumerate(levels)})
+    survives = holm({i: 1.0 if lv["p"] is None else lv["p"] for i, lv in enumerate(levels)})
     for i, lv in enumerate(levels):
         sign_ok = lv["mean"] is not None and (lv["mean"] < 0 if p.direction == "negative" else lv["mean"] > 0)
         excludes = lv["lo"] is not None and (lv["lo"] > 0 or lv["hi"] < 0)
@@ -216,7 +217,8 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         f"d̄ ± t(n−1)·√(sd²/n + v_p), v_p the variance of d̄ over {p.resamples} bootstrap draws of the prompts (the "
         f"prompts are shared by all seeds, so the seeds' spread leaves their sampling out; a draw in which a seed's "
         f"resampled path does not reach μ leaves that seed out of that draw, and 'missed' counts such seed-draws "
-        f"of all, so v_p is conditional on reaching μ where it is not 0); Holm over the levels. "
+        f"of all, so v_p is conditional on reaching μ where it is not 0); Holm over the declared levels, a level "
+        f"no seed's paths both reach staying in the family as not rejected. "
         f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
         "",
     ]

@@ -662,3 +662,19 @@ def test_a_checkpoint_must_fall_on_a_generation_boundary(tmp_path):
     with pytest.raises(ConfigError, match="checkpoint_every 3 falls inside a generation of arm 'klcov' .* of 2"):
         load_study(_write(tmp_path, config + "checkpoint_every: 3\n"))
     assert load_study(_write(tmp_path, config + "checkpoint_every: 4\n")).checkpoint_every == 4
+
+
+def test_a_declared_level_without_a_value_stays_in_the_holm_family(monkeypatch):
+    """`between` declares Holm over validity 0.8 and 0.9; where no seed reaches 0.9, p = 0.04 at 0.8 is compared with
+    0.05 / 2 (the declared family), not with 0.05 (the levels that happen to have a value): not supported."""
+    from collapse_bench import real_lm_report
+
+    study = load_study(ROOT / "bench" / "real_lm_between.yaml")
+    found = {0.8: {"level": 0.8, "n": 3, "mean": 6.0, "lo": 0.7, "hi": 11.6, "p": 0.04},
+             0.9: {"level": 0.9, "n": 0, "mean": None, "lo": None, "hi": None, "p": None}}  # fmt: skip
+    monkeypatch.setattr(real_lm_report, "matched_with_prompts", lambda a, b, mu, key, resamples: dict(found[mu]))
+    levels = real_lm_report.primary(study, {"arms": {"alpha_dpg": {"paths": {}}, "grpo": {"paths": {}}}})["levels"]
+    assert [(lv["holm"], lv["supported"]) for lv in levels] == [(False, False), (False, False)]
+    found[0.8]["p"] = 0.02
+    levels = real_lm_report.primary(study, {"arms": {"alpha_dpg": {"paths": {}}, "grpo": {"paths": {}}}})["levels"]
+    assert levels[0]["supported"] and not levels[1]["supported"]
