@@ -164,7 +164,11 @@ def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_pat
         ("clip_cov", ["--kl_cov_coef", "1.0"], "kl_cov_coef=1.0 does not act with covariance_penalty: clip_cov"),
         ("kl_cov", ["--num_iterations", "1"], "which is 0 with zero gradient on fresh samples"),
         ("kl_cov", ["--kl_cov_coef", "0"], "kl_cov_coef must be a finite number > 0"),
-        ("kl_cov", ["--covariance_penalty", "none"], "kl_cov_ratio=0.02 does not act with covariance_penalty: none"),
+        (
+            "kl_cov",
+            ["--covariance_penalty", "none"],
+            "kl_cov_ratio=0.02 acts only with covariance_penalty: clip_cov or kl_cov",
+        ),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(recipe, extra, message, capsys, no_model_loads, tmp_path):

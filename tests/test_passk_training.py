@@ -109,7 +109,7 @@ def test_trainer_uses_the_closed_form_advantages(tmp_path, tiny_path):
         (["--passk_k", "0"], "passk_k must be an integer >= 1"),
         (["--reward_shaping", "none", "--passk_k", "2"], "passk_k=2 acts only with reward_shaping: passk_training"),
         (["--rewards", "pair_sum", "pair_sum"], "builds its advantages from validity alone"),
-        (["--scale_rewards", "batch"], "scale_rewards='batch' does not act with reward_shaping 'passk_training'"),
+        (["--scale_rewards", "batch"], "scale_rewards='batch' does not act with reward_shaping: passk_training"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

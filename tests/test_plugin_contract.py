@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
+from train_checks import trainer_config
 
 from rlvr_div import preflight
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, UNIT, is_integer_field, out_of_range
+from rlvr_div.trainers.grpo import DivergenceGRPOConfig
 from rlvr_div.trainers.plugin import GRPOPlugin, active_plugins, plugin_classes
 
 
@@ -72,7 +74,7 @@ def test_a_range_for_a_key_the_plug_in_does_not_have_is_a_programming_error():
         name = "broken"
         ranges = {"toy_kk": AT_LEAST_ONE}
 
-    with pytest.raises(TypeError, match="plug-in 'broken' declares a range for 'toy_kk'"):
+    with pytest.raises(TypeError, match="plug-in 'broken' declares 'toy_kk', which is not in its Args"):
         Broken.check_declared(_args(toy=True))
 
 
@@ -129,3 +131,52 @@ def test_integer_fields_are_read_from_string_or_resolved_annotations():
     assert is_integer_field(fields["n"]) and is_integer_field(fields["m"]) and not is_integer_field(fields["x"])
     fields["y"].type = int | None  # as HfArgumentParser leaves it after resolving the annotations
     assert is_integer_field(fields["y"])
+
+
+def test_every_key_of_every_plug_in_is_declared_to_act_only_when_it_can():
+    """Each key is the selection itself (a switch), a divergence's parameter (acts while that divergence is
+    evaluated), or acts only when its plug-in is selected: no key of a plug-in that is off is silently ignored."""
+    for cls in plugin_classes():
+        own = {f.name for f in dataclasses.fields(cls.Args)} if cls.Args else set()
+        assert set(cls.parameters_of) <= own, cls.name
+        if cls.selected_by is None:
+            assert own <= set(cls.switches) | set(cls.parameters_of), (cls.name, own - set(cls.switches))
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"mara_tau": 0.5}, "mara_tau=0.5 acts only with reward_shaping: mara"),
+        ({"unlikeliness_lambda": 0.3}, "unlikeliness_lambda=0.3 acts only with reward_shaping: unlikeliness"),
+        ({"pkpo_k": 2}, "pkpo_k=2 acts only with reward_shaping: pkpo"),
+        ({"rehearsal_coef": 0.5}, "rehearsal_coef=0.5 acts only with rehearsal_path"),
+        ({"controller_gain": 0.25}, "controller_gain=0.25 acts only with beta_schedule: validity_target"),
+        ({"clip_cov_lb": 0.5}, "clip_cov_lb=0.5 acts only with covariance_penalty: clip_cov or kl_cov"),
+        ({"js_scale": 2.0}, "js_scale=2.0 parametrises the 'js' divergence, which no term of this run evaluates"),
+        ({"divergence": "js", "divergence_coef": 0.1, "dph_alpha": 0.3}, "dph_alpha=0.3 parametrises the 'alpha'"),
+        (
+            {"reward_shaping": "pkpo", "scale_rewards": "group"},
+            "scale_rewards='group' does not act with reward_shaping: pkpo, whose advantages are used as they are",
+        ),
+    ],
+)
+def test_a_key_of_a_plug_in_that_is_off_is_refused_not_ignored(tmp_path, kw, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        trainer_config(DivergenceGRPOConfig, tmp_path, **{"scale_rewards": "none", **kw})
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"divergence": "js", "divergence_coef": 0.1, "js_scale": 2.0},
+        {"divergence": "js", "beta": 0.1, "js_scale": 2.0},  # beta: TRL's name of the coefficient
+        {"divergence": "alpha", "divergence_coef": 0.1, "dph_alpha": 0.3},
+        {"rehearsal_path": "stored", "rehearsal_divergence": "js", "js_scale": 2.0},  # DPH-RL's term evaluates js
+        {"rehearsal_path": "stored", "rehearsal_coef": 0.5},
+        {"reward_shaping": "pkpo", "pkpo_k": 2, "scale_rewards": "none"},
+        {"reward_shaping": "mara", "mara_tau": 0.5, "divergence": "reverse_kl", "divergence_coef": 0.1},
+    ],
+)
+def test_a_key_acts_where_its_plug_in_or_divergence_is_in_use(tmp_path, kw):
+    trainer_config(DivergenceGRPOConfig, tmp_path, **kw)

@@ -175,7 +175,7 @@ def test_trainer_uses_the_marginal_set_advantages(tmp_path, tiny_path, monkeypat
         (["--polychromic_diversity", "semantic"], "polychromic_diversity must be one of valid, all, got 'semantic'"),
         (["--reward_shaping", "none", "--polychromic_set_size", "3"], "polychromic_set_size=3 acts only with"),
         (["--reward_shaping", "none", "--polychromic_diversity", "all"], "polychromic_diversity=all acts only with"),
-        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping 'polychromic'"),
+        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping: polychromic"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

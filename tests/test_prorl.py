@@ -157,7 +157,7 @@ def test_a_checkpoint_without_prorl_state_is_refused(tmp_path, tiny_path):
     [
         (["--sync_ref_model", "false"], "prorl resets at TRL's reference sync: set sync_ref_model: true"),
         (["--ref_model_mixup_alpha", "0.6"], "prorl is a hard reset, π_ref ← π_θ: set ref_model_mixup_alpha: 1.0"),
-        (["--divergence_coef", "0"], "prorl resets the reference of a KL penalty and there is none"),
+        (["--divergence_coef", "0"], "prorl resets the reference of a KL penalty and this run has none"),
         (["--divergence", "none", "--divergence_coef", "0"], "prorl resets the reference of a KL penalty"),
         (["--ref_model_sync_steps", "0"], "ref_model_sync_steps must be an integer >= 1 (the reset interval), got 0"),
         (["--ref_model_sync_steps", "60"], "ref_model_sync_steps=60 is above max_steps=50: no reset would ever fire"),

@@ -166,9 +166,12 @@ def test_pkpo_bad_k():
 
 
 def _shaping_config(tmp_path, name, beta, **params):
-    """The config of a divergence run with ``reward_shaping: name`` (reverse KL at ``beta`` when it is > 0)."""
+    """The config of a divergence run with ``reward_shaping: name`` (reverse KL at ``beta`` when it is > 0; no std
+    scaling, which PKPO's advantages refuse)."""
     kl = {"divergence": "reverse_kl", "divergence_coef": beta} if beta else {}
-    return trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping=name, **kl, **params)
+    return trainer_config(
+        DivergenceGRPOConfig, tmp_path, reward_shaping=name, **kl, **{"scale_rewards": "none", **params}
+    )
 
 
 @pytest.mark.parametrize(
@@ -217,8 +220,11 @@ def test_tiny_recipes_hold_valid_shaping_settings(recipe, tmp_path):
             "unlikeliness_lambda must be a finite number in [0, 1], got 1.5",
         ),
         (["--reward_shaping", "unlikeliness", "--unlikeliness_rank", "best"], "unlikeliness_rank must be one of"),
-        (["--reward_shaping", "pkpo", "--pkpo_k", "9"], "pkpo_k=9 exceeds num_generations=8"),
-        (["--reward_shaping", "pkpo", "--pkpo_k", "0"], "pkpo_k must be an integer >= 1"),
+        (
+            ["--reward_shaping", "pkpo", "--scale_rewards", "none", "--pkpo_k", "9"],
+            "pkpo_k=9 exceeds num_generations=8",
+        ),
+        (["--reward_shaping", "pkpo", "--scale_rewards", "none", "--pkpo_k", "0"], "pkpo_k must be an integer >= 1"),
         (["--reward_shaping", "pkpo", "--pkpo_k", "2.5"], "pkpo_k"),
         (["--reward_shaping", "mara", "--divergence", "none", "--divergence_coef", "0"], "inert at β = 0"),
         (["--reward_shaping", "mara", "--divergence_coef", "0"], "inert at β = 0"),

@@ -67,7 +67,7 @@ def test_trainer_uses_the_leave_one_out_advantages(tmp_path, tiny_path):
 
 
 def test_a_std_scaling_is_refused_in_one_line(capsys, no_model_loads, tmp_path):
-    message = "scale_rewards='group' does not act with reward_shaping 'rloo'"
+    message = "scale_rewards='group' does not act with reward_shaping: rloo"
     assert_train_refuses(
         ROOT / "recipes" / "tiny" / "rloo.yaml", ["--scale_rewards", "group"], message, capsys, tmp_path
     )

@@ -50,7 +50,7 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.ya
         (["--use_peft", "true", "--lora_dropout", "1"], "lora_dropout=1.0 is out of range: it must be in [0, 1)"),
         (
             ["--trainer", "divergence", "--rehearsal_coef", "-1"],
-            "rehearsal_coef must be a finite number >= 0, got -1.0",
+            "rehearsal_coef=-1.0 acts only with rehearsal_path",
         ),
         # a path on a task that reads no data; the hub offline
         (

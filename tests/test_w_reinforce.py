@@ -74,7 +74,7 @@ def test_trainer_uses_the_weighted_advantages(tmp_path, tiny_path):
             "psr_weight=0.2 acts only with reward_shaping: w_reinforce",
         ),
         (["--reward_shaping", "pkpo", "--nsr_weight", "0.5"], "nsr_weight=0.5 acts only with reward_shaping"),
-        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping 'w_reinforce'"),
+        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping: w_reinforce"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

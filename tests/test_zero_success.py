@@ -84,7 +84,7 @@ def test_trainer_uses_the_zero_success_advantages(tmp_path, tiny_path):
             ["--reward_shaping", "none", "--zero_success_weight", "2"],
             "zero_success_weight=2.0 acts only with reward_shaping: zero_success",
         ),
-        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping 'zero_success'"),
+        (["--scale_rewards", "group"], "scale_rewards='group' does not act with reward_shaping: zero_success"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

@@ -198,12 +198,13 @@ _KL_KEYS = ("kl_cov_ratio", "kl_cov_coef")
 
 
 def check_covariance_penalty(args: Any) -> None:
-    """One-line ConfigError for a bad Clip-Cov / KL-Cov setting (or one that could never select a token or act);
-    the ranges of the ratios and of ``kl_cov_coef`` are declared in :class:`CovariancePlugin`."""
+    """One-line ConfigError for a bad Clip-Cov / KL-Cov setting (or one that could never select a token or act, as
+    the other penalty's keys); the ranges of the ratios and of ``kl_cov_coef``, and that every key acts only with a
+    penalty, are declared in :class:`CovariancePlugin`."""
     name = args.covariance_penalty
     if name not in COVARIANCE_PENALTIES:
         raise ConfigError(f"unknown covariance_penalty {name!r}; known: {', '.join(COVARIANCE_PENALTIES)}")
-    idle = {"none": _CLIP_KEYS + _KL_KEYS, "clip_cov": _KL_KEYS, "kl_cov": _CLIP_KEYS}[name]
+    idle = {"clip_cov": _KL_KEYS, "kl_cov": _CLIP_KEYS}.get(name, ())  # none: declared (CovariancePlugin)
     for key in idle:
         if getattr(args, key) != getattr(CovariancePenaltyArgs, key):
             raise ConfigError(f"{key}={getattr(args, key)} does not act with covariance_penalty: {name}")
@@ -238,6 +239,8 @@ class CovariancePlugin(GRPOPlugin):
 
     name = "covariance_penalty"
     Args = CovariancePenaltyArgs
+    selected_by = "covariance_penalty: clip_cov or kl_cov"
+    switches = ("covariance_penalty",)
     ranges = {"clip_cov_ratio": PROBABILITY, "kl_cov_ratio": PROBABILITY, "kl_cov_coef": POSITIVE}
 
     def __init__(self, trainer: Any) -> None:

@@ -93,7 +93,6 @@ class DifferentialSmoothing(RewardShaping):
 
     name = "differential_smoothing"
     Args = DifferentialSmoothingArgs
-    selected_by = "reward_shaping: differential_smoothing"
     ranges = {"ds_gamma_p": NON_NEGATIVE, "ds_gamma_n": NON_NEGATIVE}
 
     @classmethod

@@ -117,6 +117,9 @@ class DivergenceTerm(GRPOPlugin):
     Args = DivergenceArgs
     # beta too: it resolves into divergence_coef (checked before it does)
     ranges = {"beta": NON_NEGATIVE, "divergence_coef": NON_NEGATIVE, "dph_alpha": OPEN_UNIT, "js_scale": POSITIVE}
+    switches = ("beta", "divergence", "divergence_coef", "divergence_gradient")  # the selection itself
+    parameters_of = {"dph_alpha": "alpha", "js_scale": "js"}  # shared with every term that evaluates a divergence
+    kl_penalty = True  # the run's KL penalty in the loss, for the plug-ins that need or refuse one (kl_penalties)
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)
@@ -137,6 +140,11 @@ class DivergenceTerm(GRPOPlugin):
     @classmethod
     def active(cls, args: Any) -> bool:
         return args.divergence_active
+
+    @classmethod
+    def divergences(cls, args: Any) -> tuple[str, ...]:
+        coef = args.divergence_coef if args.divergence_coef is not None else args.beta  # before they resolve
+        return (args.divergence,) if args.divergence != "none" and (coef or 0) > 0 else ()
 
     @classmethod
     def reference_coef(cls, args: Any) -> float:

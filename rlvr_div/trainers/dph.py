@@ -72,6 +72,8 @@ class Rehearsal(GRPOPlugin):
 
     name = "dph_rehearsal"
     Args = RehearsalArgs
+    selected_by = "rehearsal_path"  # (written by `rlvr-div rehearse`, which reads the offline stage's keys with it)
+    switches = ("rehearsal_path",)
     ranges = {
         "rehearsal_coef": NON_NEGATIVE,
         "rehearsal_k": AT_LEAST_ONE,
@@ -108,6 +110,10 @@ class Rehearsal(GRPOPlugin):
     @classmethod
     def active(cls, args: Any) -> bool:
         return args.rehearsal_path is not None
+
+    @classmethod
+    def divergences(cls, args: Any) -> tuple[str, ...]:
+        return (args.rehearsal_divergence,) if cls.active(args) else ()
 
     @classmethod
     def check_inputs(cls, script: Any, training: Any, model: Any) -> None:

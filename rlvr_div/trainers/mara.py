@@ -16,6 +16,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import PROBABILITY
 from rlvr_div.trainers.common import sequence_logps
+from rlvr_div.trainers.plugin import kl_penalties
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
@@ -68,16 +69,16 @@ class Mara(RewardShaping):
     def prepare(cls, args: Any) -> None:
         if args.reward_shaping != "mara":
             return
-        if args.divergence not in ("reverse_kl", "none"):
+        penalties = kl_penalties(args)
+        if not penalties:
+            raise ConfigError(
+                "reward_shaping 'mara' needs a KL term with β > 0 (it is inert at β = 0), and this run has none; "
+                "set divergence: reverse_kl and divergence_coef > 0"
+            )
+        if penalties != ["reverse_kl"]:
             raise ConfigError(
                 f"reward_shaping 'mara' re-anchors rewards for the reverse-KL-regularised optimum; it needs "
-                f"divergence: reverse_kl, got {args.divergence!r}"
-            )
-        beta = args.divergence_coef if args.divergence != "none" else 0.0
-        if beta is None or not beta > 0:
-            raise ConfigError(
-                f"reward_shaping 'mara' needs a KL term with β > 0 (it is inert at β = 0), got β={beta}; "
-                "set divergence: reverse_kl and divergence_coef > 0"
+                f"divergence: reverse_kl, got {penalties[0]!r}"
             )
 
     @classmethod

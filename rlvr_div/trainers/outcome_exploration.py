@@ -184,7 +184,6 @@ class OutcomeExploration(RewardShaping):
 
     name = "outcome_exploration"
     Args = OutcomeExplorationArgs
-    selected_by = "reward_shaping: outcome_exploration"
     ranges = {"outcome_bonus_coef": NON_NEGATIVE, "outcome_penalty_coef": NON_NEGATIVE}
 
     def __init__(self, trainer: Any) -> None:

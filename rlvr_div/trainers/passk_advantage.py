@@ -87,8 +87,9 @@ class PassKTrainingArgs:
 
 
 def check_passk_training(args: object) -> None:
-    """One-line ConfigError for a ``passk_k`` the group cannot hold, or a scaling that would not act (the range of
-    ``passk_k``, and "acts only with reward_shaping: passk_training", are declared in :class:`PassKTraining`)."""
+    """One-line ConfigError for a ``passk_k`` the group cannot hold (the range of ``passk_k``, "acts only with
+    reward_shaping: passk_training" and the refusal of TRL's ``scale_rewards``, which would not act on advantages
+    already normalised, are declared in :class:`PassKTraining`)."""
     if args.reward_shaping != "passk_training":
         return
     k = args.passk_k
@@ -100,18 +101,11 @@ def check_passk_training(args: object) -> None:
             f"passk_k={k} equals num_generations: every group with a correct response then has pass@k = 1 in each "
             "of its subsets, so every advantage is 0 and nothing trains; use passk_k < num_generations"
         )
-    scale = getattr(args, "scale_rewards", "none")
-    if scale != "none":
-        raise ConfigError(
-            f"scale_rewards={scale!r} does not act with reward_shaping 'passk_training', whose advantages are "
-            "already normalised and used as they are; set scale_rewards: none"
-        )
 
 
 class PassKTraining(RewardShaping):
     name = "passk_training"
     Args = PassKTrainingArgs
-    selected_by = "reward_shaping: passk_training"
     ranges = {"passk_k": AT_LEAST_ONE}
     direct = True
 

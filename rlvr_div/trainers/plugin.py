@@ -4,8 +4,15 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 - ``Args``: the dataclass of its recipe keys, a mixin of ``DivergenceGRPOConfig`` (its fields become recipe keys);
 - ``ranges``: each number key of its Args with its allowed :class:`rlvr_div.ranges.Range`;
 - ``selected_by`` (and ``switches``): how a recipe selects it, e.g. ``"simko: true"``; its other keys then act only
-  when it is selected, and one set away from its default while it is not is refused. The contract its Args and these
-  declare is enforced by :meth:`GRPOPlugin.check_declared` before its ``prepare``;
+  when it is selected, and one set away from its default while it is not is refused. A plug-in whose keys are
+  themselves the selection (the divergence term, ``reward_shaping``) lists them all in ``switches`` instead;
+- ``parameters_of``: its keys that parametrise a divergence (``js_scale`` -> ``js``): each acts only while some
+  plug-in evaluates that divergence (its :meth:`GRPOPlugin.divergences`), and is refused otherwise;
+- ``kl_penalty``: its ``divergences`` are the run's penalty to the reference in the policy loss, which other
+  plug-ins ask for or refuse through :func:`kl_penalties`, never by reading its keys;
+- ``unscaled``: its advantages are used as they are, so TRL's ``scale_rewards`` would not act: while it is active any
+  value but ``none`` is refused. The contract its Args and these declare is enforced by
+  :meth:`GRPOPlugin.check_declared` before its ``prepare``;
 - ``prepare(args)``: its other one-line checks (between its keys, against other settings; a
   :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in their
   modules' ORDER (it may resolve its own keys, e.g. a synonym);
@@ -61,6 +68,9 @@ class GRPOPlugin:
     selected_by: ClassVar[str | None] = None  # how a recipe selects it; then its other keys act only when selected
     switches: ClassVar[tuple[str, ...]] = ()  # the Args keys that select it (exempt from "acts only when selected")
     ranges: ClassVar[dict[str, Range]] = {}  # its number keys' allowed values (an ``int`` field: integers)
+    parameters_of: ClassVar[dict[str, str]] = {}  # key -> the divergence it parametrises (acts only while in use)
+    unscaled: ClassVar[bool] = False  # its advantages are used as they are: TRL's scale_rewards must be none
+    kl_penalty: ClassVar[bool] = False  # its divergences(args) are the run's penalty to the reference in the loss
     replaces_loss: ClassVar[bool] = False  # its wrap_loss replaces GRPO's loss (see check_loss_owners)
 
     def __init__(self, trainer: Any) -> None:
@@ -70,20 +80,28 @@ class GRPOPlugin:
     def check_declared(cls, args: Any) -> None:
         """The contract of its declarations, as one-line ConfigErrors: with ``selected_by`` and the plug-in not
         :meth:`active`, any Args key but the ``switches`` set away from its default is refused (a key that would not
-        act is not ignored); otherwise every key of ``ranges`` holds an integer (an ``int`` field) or a finite
-        number in its range (None: unset)."""
-        if cls.Args is None:
-            return
-        own = {f.name: f for f in dataclasses.fields(cls.Args)}
-        undeclared = sorted(set(cls.ranges) - set(own))
+        act is not ignored); a key of ``parameters_of`` set away from its default while no plug-in evaluates its
+        divergence is refused; while active, an ``unscaled`` plug-in refuses TRL's ``scale_rewards`` but ``none``;
+        every key of ``ranges`` holds an integer (an ``int`` field) or a finite number in its range (None: unset)."""
+        own = {f.name: f for f in dataclasses.fields(cls.Args)} if cls.Args is not None else {}
+        undeclared = sorted((set(cls.ranges) | set(cls.parameters_of)) - set(own))
         if undeclared:  # a programming error in the plug-in, not a user's
-            raise TypeError(f"plug-in {cls.name!r} declares a range for {undeclared[0]!r}, which is not in its Args")
+            raise TypeError(f"plug-in {cls.name!r} declares {undeclared[0]!r}, which is not in its Args")
         if cls.selected_by is not None and not cls.active(args):
             for f in own.values():
                 value = getattr(args, f.name)
                 if f.name not in cls.switches and value != f.default:
                     raise ConfigError(f"{f.name}={value} acts only with {cls.selected_by}")
             return
+        for key, divergence in cls.parameters_of.items():
+            value = getattr(args, key)
+            if value != own[key].default and not any(divergence in p.divergences(args) for p in plugin_classes()):
+                raise ConfigError(f"{key}={value} parametrises the {divergence!r} divergence, which no term of this "
+                                  "run evaluates")  # fmt: skip
+        scale = getattr(args, "scale_rewards", "none")
+        if cls.unscaled and scale != "none" and cls.active(args):
+            raise ConfigError(f"scale_rewards={scale!r} does not act with {cls.selected_by or cls.name}, whose "
+                              "advantages are used as they are; set scale_rewards: none")  # fmt: skip
         for key, allowed in cls.ranges.items():
             value = getattr(args, key)
             problem = None if value is None else out_of_range(key, value, allowed, is_integer_field(own[key]))
@@ -97,6 +115,13 @@ class GRPOPlugin:
     @classmethod
     def active(cls, args: Any) -> bool:
         return False
+
+    @classmethod
+    def divergences(cls, args: Any) -> tuple[str, ...]:
+        """The divergences (:data:`rlvr_div.divergences.DIVERGENCES` names) this plug-in evaluates in the run that
+        ``args`` configure, with the parameters ``args.divergence_params(name)``; read before ``prepare`` resolves
+        the config, so it decides its own activity from the keys as given."""
+        return ()
 
     @classmethod
     def reference_coef(cls, args: Any) -> float:
@@ -194,6 +219,13 @@ def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return []
     return [cls for cls in plugin_classes() if cls.active(args)]
+
+
+def kl_penalties(args: Any) -> list[str]:
+    """The divergences to the reference that the run configured by ``args`` penalises in its policy loss (those of
+    the plug-ins that declare ``kl_penalty``): the interface through which a plug-in asks for a KL penalty (MARA,
+    ProRL, the validity target) or refuses one (the sequence-level KL, SimKO) without reading another's keys."""
+    return [d for cls in plugin_classes() if cls.kl_penalty for d in cls.divergences(args)]
 
 
 def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:

@@ -59,7 +59,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_TWO
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
+from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 DIVERSITY_MODES = ("valid", "all")
 MAX_SETS = 200_000  # C(G, n) above this is refused: every set of a group is scored
@@ -158,9 +158,9 @@ class PolychromicArgs:
 
 
 def check_polychromic(args: Any) -> None:
-    """One-line ConfigError for a bad ``polychromic_diversity``, a set size the group cannot hold, or a scaling that
-    would not act (the range of ``polychromic_set_size``, and "acts only with reward_shaping: polychromic", are
-    declared in :class:`Polychromic`)."""
+    """One-line ConfigError for a bad ``polychromic_diversity`` or a set size the group cannot hold (the range of
+    ``polychromic_set_size``, "acts only with reward_shaping: polychromic" and the refusal of TRL's
+    ``scale_rewards``, which would not act, are declared in :class:`Polychromic`)."""
     if args.reward_shaping != "polychromic":
         return
     n, mode = args.polychromic_set_size, args.polychromic_diversity
@@ -177,7 +177,6 @@ def check_polychromic(args: Any) -> None:
             f"polychromic_set_size={n} with num_generations={g} gives C({g}, {n}) = {math.comb(int(g), n)} sets per "
             f"group, over {MAX_SETS}; use a smaller set size"
         )
-    check_unscaled(args)
 
 
 class Polychromic(RewardShaping):
@@ -186,7 +185,6 @@ class Polychromic(RewardShaping):
 
     name = "polychromic"
     Args = PolychromicArgs
-    selected_by = "reward_shaping: polychromic"
     ranges = {"polychromic_set_size": AT_LEAST_TWO}
     direct = True
 

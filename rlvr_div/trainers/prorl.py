@@ -39,7 +39,7 @@ from typing import Any
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import distributed_backend
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
 
 STATE_FILE = "prorl_state.json"  # in a checkpoint: the step the reference was last set at
 REFERENCE_FILE = "prorl_reference.safetensors"  # the reference's weights, when no other file holds them
@@ -68,10 +68,10 @@ def check_prorl(args: Any) -> None:
     sync, a hard (α = 1) sync at an interval >= 1 that fires within max_steps, and an unsharded optimizer."""
     if not args.prorl:
         return
-    if not args.divergence_active:
+    if not kl_penalties(args):
         raise ConfigError(
-            "prorl resets the reference of a KL penalty and there is none; set divergence: reverse_kl (the paper's "
-            f"KL) with divergence_coef > 0 (got divergence {args.divergence!r}, coefficient {args.divergence_coef})"
+            "prorl resets the reference of a KL penalty and this run has none; set divergence: reverse_kl (the "
+            "paper's KL) with divergence_coef > 0"
         )
     if not args.sync_ref_model:
         raise ConfigError(
@@ -120,6 +120,8 @@ class ProRL(GRPOPlugin):
 
     name = "prorl"
     Args = ProRLArgs
+    selected_by = "prorl: true"
+    switches = ("prorl",)
 
     def __init__(self, trainer: Any) -> None:
         from transformers import TrainerCallback

@@ -45,9 +45,19 @@ class RewardShapingArgs:
 class RewardShaping(GRPOPlugin):
     """Base of the shaping plug-ins: active when ``reward_shaping`` is its ``name``; replaces a training batch's
     advantages by :meth:`direct_advantages` (``direct``) or by TRL's group advantages of the rewards with the
-    validity column replaced by :meth:`shape`."""
+    validity column replaced by :meth:`shape`. Its keys act only when it is selected, and a direct shaping refuses
+    TRL's ``scale_rewards`` (both declared here for every subclass: :meth:`__init_subclass__`)."""
 
     direct: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A shaping is selected by ``reward_shaping: <name>`` (its keys act only then), and a direct one's
+        advantages are used as they are (``unscaled``), unless the subclass declares otherwise."""
+        super().__init_subclass__(**kwargs)
+        if cls.name and "selected_by" not in cls.__dict__:
+            cls.selected_by = f"reward_shaping: {cls.name}"
+        if "unscaled" not in cls.__dict__:
+            cls.unscaled = cls.direct
 
     @classmethod
     def active(cls, args: Any) -> bool:
@@ -99,23 +109,13 @@ class ShapingChoice(GRPOPlugin):
 
     name = "reward_shaping"
     Args = RewardShapingArgs
+    switches = ("reward_shaping",)  # the key is the selection itself
 
     @classmethod
     def prepare(cls, args: Any) -> None:
         known = shaping_names()
         if args.reward_shaping not in known:
             raise ConfigError(f"unknown reward_shaping {args.reward_shaping!r}; known: {', '.join(known)}")
-
-
-def check_unscaled(args: Any) -> None:
-    """A shaping whose advantages are used as they are leaves TRL's ``scale_rewards`` without effect: refuse any
-    value but ``none`` rather than ignore it."""
-    scale = getattr(args, "scale_rewards", "none")
-    if scale != "none":
-        raise ConfigError(
-            f"scale_rewards={scale!r} does not act with reward_shaping {args.reward_shaping!r}, whose advantages are "
-            "used as they are; set scale_rewards: none"
-        )
 
 
 ORDER = 50  # its place among the plug-ins (rlvr_div/trainers/plugin.py)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
 def rloo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
@@ -36,11 +36,7 @@ def rloo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group
 
 class RLOO(RewardShaping):
     name = "rloo"
-
-    @classmethod
-    def prepare(cls, args: Any) -> None:
-        if args.reward_shaping == "rloo":
-            check_unscaled(args)
+    unscaled = True  # its own advantages, used as they are: no division by a standard deviation
 
     def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:
         trainer = self.trainer

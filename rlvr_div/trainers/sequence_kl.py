@@ -27,7 +27,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import group_advantages, sampling_logps, sequence_logps
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
 
 
 @dataclass
@@ -41,12 +41,12 @@ class SequenceKLArgs:
     )
 
 
-def check_sequence_kl(coef: float, divergence_active: bool, reward_shaping: str, aggregation: str) -> None:
+def check_sequence_kl(coef: float, kl_penalty: bool, reward_shaping: str, aggregation: str) -> None:
     """One-line errors: a combination whose meaning would be ambiguous (the coefficient's range, >= 0, is declared
     in :class:`SequenceKL`)."""
     if coef == 0:
         return
-    if divergence_active:
+    if kl_penalty:
         raise ConfigError(
             "sequence_kl_coef puts the KL in the reward; a divergence term in the loss as well is ambiguous: set "
             "divergence: none (or sequence_kl_coef: 0)"
@@ -74,12 +74,13 @@ class SequenceKL(GRPOPlugin):
 
     name = "sequence_kl"
     Args = SequenceKLArgs
+    switches = ("sequence_kl_coef",)  # its one key is the selection (> 0)
     ranges = {"sequence_kl_coef": NON_NEGATIVE}
 
     @classmethod
     def prepare(cls, args: Any) -> None:
         check_sequence_kl(
-            args.sequence_kl_coef, args.divergence_active, args.reward_shaping, args.multi_objective_aggregation
+            args.sequence_kl_coef, bool(kl_penalties(args)), args.reward_shaping, args.multi_objective_aggregation
         )
 
     @classmethod

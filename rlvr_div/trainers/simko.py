@@ -56,7 +56,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, UNIT, Range
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
 
 
 class TokenStats(NamedTuple):
@@ -154,9 +154,10 @@ def check_simko(args: Any) -> None:
     alpha, lam = args.simko_alpha, args.simko_lambda
     if alpha == 0 and lam == 1:
         raise ConfigError("simko_alpha = 0 and simko_lambda = 1: SimKO would be plain GRPO")
-    if getattr(args, "divergence_active", False):
+    penalties = kl_penalties(args)
+    if penalties:
         raise ConfigError(
-            f"simko does not combine with a divergence term (divergence: {args.divergence}, coefficient > 0): its "
+            f"simko does not combine with a divergence term (divergence: {penalties[0]}, coefficient > 0): its "
             "per-token gradient would be redistributed too; the paper trains without one"
         )
     if getattr(args, "rehearsal_path", None) is not None:

@@ -99,7 +99,6 @@ class UCPO(RewardShaping):
 
     name = "ucpo"
     Args = UCPOArgs
-    selected_by = "reward_shaping: ucpo"
     ranges = {"ucpo_tau": PROBABILITY}  # 0 would be plain GRPO
 
     def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
 
 BETA_SCHEDULES = ("constant", "validity_target")
 CONTROLLER_STATE = "validity_controller.json"
@@ -78,6 +78,8 @@ class ValidityTarget(GRPOPlugin):
 
     name = "validity_target"
     Args = ValidityTargetArgs
+    selected_by = "beta_schedule: validity_target"
+    switches = ("beta_schedule",)
     ranges = {
         "target_validity": OPEN_UNIT,
         "validity_horizon": POSITIVE,
@@ -100,7 +102,7 @@ class ValidityTarget(GRPOPlugin):
         if not low < high:
             raise ConfigError(f"controller_beta_min={low} must be below controller_beta_max={high}")
         if args.beta_schedule == "validity_target":
-            if args.divergence == "none" or args.divergence_coef <= 0:
+            if not kl_penalties(args):
                 raise ConfigError(
                     "beta_schedule 'validity_target' adapts divergence_coef: set a divergence and a coef > 0"
                 )

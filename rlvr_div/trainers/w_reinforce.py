@@ -11,7 +11,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled
+from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
 def w_reinforce_advantages(
@@ -49,19 +49,17 @@ class WReinforceArgs:
 
 
 def check_w_reinforce(args: Any) -> None:
-    """One-line ConfigError for ``psr_weight`` and ``nsr_weight`` both 0, or a scaling that would not act (their
-    ranges, and "acts only with reward_shaping: w_reinforce", are declared in :class:`WReinforce`)."""
+    """One-line ConfigError for ``psr_weight`` and ``nsr_weight`` both 0 (their ranges, "acts only with
+    reward_shaping: w_reinforce" and the refusal of TRL's ``scale_rewards`` are declared in :class:`WReinforce`)."""
     if args.reward_shaping != "w_reinforce":
         return
     if args.psr_weight == 0 and args.nsr_weight == 0:
         raise ConfigError("psr_weight and nsr_weight are both 0: every advantage would be 0")
-    check_unscaled(args)
 
 
 class WReinforce(RewardShaping):
     name = "w_reinforce"
     Args = WReinforceArgs
-    selected_by = "reward_shaping: w_reinforce"
     ranges = {"psr_weight": NON_NEGATIVE, "nsr_weight": NON_NEGATIVE}
     direct = True
 

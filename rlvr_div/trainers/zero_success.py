@@ -27,13 +27,12 @@ earlier epochs. BBG itself (a Beta-posterior weight on groups with successes) is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from rlvr_div.ranges import POSITIVE
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.reward_shaping import RewardShaping, check_unscaled, groups
+from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
 def zero_success_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:
@@ -70,26 +69,13 @@ class ZeroSuccessArgs:
     )
 
 
-def check_zero_success(args: Any) -> None:
-    """One-line ConfigError for a scaling that would not act (the range of ``zero_success_weight``, and "acts only
-    with reward_shaping: zero_success", are declared in :class:`ZeroSuccess`)."""
-    if args.reward_shaping != "zero_success":
-        return
-    check_unscaled(args)
-
-
 class ZeroSuccess(RewardShaping):
     """Signed REINFORCE on the all-failed groups of a batch, nothing elsewhere; logs the share of such groups."""
 
     name = "zero_success"
     Args = ZeroSuccessArgs
-    selected_by = "reward_shaping: zero_success"
     ranges = {"zero_success_weight": POSITIVE}
-    direct = True
-
-    @classmethod
-    def prepare(cls, args: Any) -> None:
-        check_zero_success(args)
+    direct = True  # (so its keys' range, "acts only with reward_shaping: zero_success" and unscaled: declared)
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         frac = zero_success_groups(rewards, group).double().mean().item()
