@@ -12,7 +12,6 @@ from it.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -20,8 +19,8 @@ import shlex
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
 from rlvr_div.resume_order import epoch_replay
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 from rlvr_div.run_lock import directory_lock
+from rlvr_div.trainers.trl_seam import colocated_vllm_on_cpu, tied_weights_are_not_missing
 
 logger = logging.getLogger("rlvr_div.train")
 
@@ -50,60 +50,6 @@ def metrics_callback(path: str | os.PathLike) -> Any:
                     f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
     return MetricsFile()
-
-
-@contextmanager
-def colocated_vllm_on_cpu(training: Any) -> Iterator[None]:
-    """While the trainer is built: make TRL's colocated vLLM engine work with the CPU build of vLLM.
-
-    - Weight sync: TRL pushes each parameter with ``model.load_weights([(name, param)])``, which needs the
-      checkpoint-format parameters (and their ``weight_loader``); vLLM's CPU backend repacks each linear layer's weight
-      for its GEMM kernels after loading and drops the original, so the first sync fails. vLLM's in-place reload
-      (``model_runner.reload_weights``) restores the checkpoint layout, loads and re-packs; it re-packs only layers
-      that received weights, so a tied LM head (which keeps its own packed copy of the embedding) is re-packed after.
-    - dtype: TRL builds ``LLM(model=...)`` without one and vLLM's ``auto`` serves a float32 checkpoint in bfloat16;
-      the engine gets the policy's dtype, so sampler and trainer log-probs differ only by kernels, not by rounding.
-
-    A no-op unless ``use_vllm`` in colocate mode on vLLM's CPU platform.
-    """
-    if not (getattr(training, "use_vllm", False) and training.vllm_mode == "colocate"):
-        yield
-        return
-    from trl.generation import vllm_generation
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        yield
-        return
-    cls = vllm_generation.VLLMGeneration
-    init_vllm = cls._init_vllm
-
-    def _init_vllm(gen: Any) -> None:
-        llm = vllm_generation.LLM
-        vllm_generation.LLM = functools.partial(llm, dtype=str(gen.model.dtype).removeprefix("torch."))
-        try:
-            init_vllm(gen)
-        finally:
-            vllm_generation.LLM = llm
-        gen.sync_weights = functools.partial(_reload_vllm_weights, gen)
-
-    cls._init_vllm = _init_vllm
-    try:
-        yield
-    finally:
-        cls._init_vllm = init_vllm
-
-
-def _reload_vllm_weights(gen: Any) -> None:
-    """``VLLMGeneration.sync_weights`` for the colocated CPU engine (see :func:`colocated_vllm_on_cpu`)."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
-
-    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=gen._iter_named_params(), is_checkpoint_format=True)
-    for module in runner.get_model().modules():
-        if isinstance(module, VocabParallelEmbedding):  # embedding and (tied) LM head: re-pack from the new weight
-            module.quant_method.process_weights_after_loading(module)
-    gen.llm.reset_prefix_cache()
 
 
 def check_prompts_per_step(n_prompts: int, training: Any) -> None:
@@ -176,7 +122,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
             if is_lora_target_error(e):
                 raise ConfigError(lora_error_line(e, model)) from None
             raise
-    _tied_weights_are_not_missing(trainer)
+    tied_weights_are_not_missing(trainer)
     # an adapter records tiny-<spec hash> or its GGUF source (package:NAME or the file), not a cache path
     store_portable_base(trainer.model, gguf_source(model.model_name_or_path, script.gguf_file))
     if not script.console_logs:
@@ -198,27 +144,6 @@ def _progress_bar_only(trainer: Any) -> None:
     trainer.remove_callback(PrinterCallback)
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(StepBar())
-
-
-def _tied_weights_are_not_missing(trainer: Any) -> None:
-    """On resume the Trainer loads the checkpoint with ``strict=False`` and warns about every missing key; a tied
-    parameter (``lm_head.weight`` = the input embedding) is stored once, so it is reported missing although it is
-    loaded through its twin. Drop such keys before the warning; a key that is really missing is still reported."""
-    issue = getattr(trainer, "_issue_warnings_after_load", None)
-    if issue is None:
-        return
-
-    def issue_untied(load_result: Any) -> Any:
-        shared: dict[int, list[str]] = {}
-        for name, param in trainer.model.named_parameters(remove_duplicate=False):
-            shared.setdefault(id(param), []).append(name)
-        missing = set(getattr(load_result, "missing_keys", []))
-        tied = {n for names in shared.values() if len(names) > 1 and set(names) - missing for n in names}
-        if missing & tied and hasattr(load_result, "_replace"):
-            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
-        return issue(load_result)
-
-    trainer._issue_warnings_after_load = issue_untied
 
 
 def _quiet_known_noise() -> None:

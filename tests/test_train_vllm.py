@@ -4,8 +4,9 @@ Each test trains a tiny recipe for a few steps through the CLI in a subprocess (
 TRL's importance-sampling metrics from ``metrics.jsonl``: ``sampling/importance_sampling_ratio/{min,mean,max}`` are
 the per-token ratios exp(log π_trainer − log π_vLLM) over the completion tokens of the step's batch.
 
-Tolerances: sampler and trainer both run the same float32 weights (``rlvr_div.train.colocated_vllm_on_cpu`` gives
-the engine the policy's dtype and reloads the weights every step), so the per-token ratios differ from 1 only by
+Tolerances: sampler and trainer both run the same float32 weights
+(``rlvr_div.trainers.trl_seam.colocated_vllm_on_cpu`` gives the engine the policy's dtype and reloads the weights
+every step), so the per-token ratios differ from 1 only by
 kernel round-off: measured |ratio − 1| ≤ 2e-5 per token and ≤ 2e-6 for the mean. We allow 1e-3 per token (min and
 max) and 1e-4 for the mean. The learning rate is raised to 1e-3 so that a broken sync shows: with a stale LM head
 the same run measured min/max ratios of 0.73 / 1.44 from the second step. The mean alone is a weak check, since

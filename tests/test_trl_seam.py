@@ -205,7 +205,7 @@ def test_a_module_global_is_found_in_the_source_and_a_missing_one_reported():
     llm = entry("LLM")
     assert not check_name(llm)  # bound by TRL's `from vllm import LLM`, with or without vllm installed
     assert check_name(dataclasses.replace(llm, name="NoSuchLLM")) == [
-        "trl.generation.vllm_generation.NoSuchLLM (patch in rlvr_div/train.py): missing"
+        "trl.generation.vllm_generation.NoSuchLLM (patch in rlvr_div/trainers/trl_seam.py): missing"
     ]
 
 

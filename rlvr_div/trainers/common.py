@@ -151,8 +151,8 @@ def policy_logps_no_grad(trainer: Any, out: dict[str, Any], batch_size: int | No
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
     with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, attention, out["completion_ids"].size(1), batch_size=batch_size
+        logps, _, _ = trl_seam.per_token_logps(
+            trainer, trainer.model, ids, attention, out["completion_ids"].size(1), batch_size=batch_size
         )
     return logps
 

@@ -364,8 +364,8 @@ class DPG(GRPOPlugin):
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, inputs["completion_mask"]], dim=1)
         mask = completion_mask(inputs)
-        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        logps, entropies, _ = trl_seam.per_token_logps(
+            trainer, model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
         )
         seq = (logps * mask).sum(-1)
         old = inputs.get("old_per_token_logps")

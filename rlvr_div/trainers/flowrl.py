@@ -56,8 +56,8 @@ from rlvr_div.trainers.plugin import GRPOPlugin
 STATE_FILE = "flowrl_log_z.pt"  # the log Z head's weights, in every checkpoint folder
 # the multimodal inputs TRL's loss forward passes on (as its own _compute_loss does): the parameters of the per-token
 # forward after compute_aux_loss, as the seam lists them
-_FORWARD = next(e for e in trl_seam.TRL_NAMES if e.label == f"{trl_seam.GRPO}._get_per_token_logps_and_entropies")
-MULTIMODAL_KEYS = _FORWARD.params[_FORWARD.params.index("compute_aux_loss") + 1 :]
+_FORWARD_PARAMS = trl_seam.per_token_logps_params()
+MULTIMODAL_KEYS = _FORWARD_PARAMS[_FORWARD_PARAMS.index("compute_aux_loss") + 1 :]
 
 
 @dataclass
@@ -326,8 +326,8 @@ class FlowRL(GRPOPlugin):
 
         handle = _backbone(model).register_forward_hook(grab)
         try:
-            logps, _, aux = trainer._get_per_token_logps_and_entropies(
-                model, ids, attention, completion_ids.size(1), compute_aux_loss=trainer.aux_loss_enabled,
+            logps, _, aux = trl_seam.per_token_logps(
+                trainer, model, ids, attention, completion_ids.size(1), compute_aux_loss=trainer.aux_loss_enabled,
                 **{key: inputs.get(key) for key in MULTIMODAL_KEYS},
             )  # fmt: skip
         finally:

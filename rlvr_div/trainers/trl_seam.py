@@ -8,19 +8,22 @@ or use the name does) and :func:`unlisted_overrides` on the project's trainers (
 must be listed here). On a TRL upgrade: run that test, and for each name it reports read TRL's new code, adapt the
 override or access, then update its entry here (docs/methods.md, "The TRL seam").
 
-Private state (``_metrics``, ``_logs``, the entropy controller's) is read and written only through the accessors at
-the end of this module; methods are overridden where they are (``rlvr_div/trainers/grpo.py``; the plug-ins act
-through its hooks) and listed here.
+Private state (``_metrics``, ``_logs``, the entropy controller's) is read and written, and the per-token forward
+called, only through the accessors at the end of this module, which also holds the two patches of a run (the
+colocated vLLM engine on CPU, the resume warning about tied weights); methods are overridden where they are
+(``rlvr_div/trainers/grpo.py``, a subclass's methods; the plug-ins act through its hooks) and listed here.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
 import textwrap
 from collections.abc import Iterator, MutableSequence, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,18 +64,14 @@ class TRLName:
 
 
 GRPO_PY = "rlvr_div/trainers/grpo.py"
-DPG_PY = "rlvr_div/trainers/distributional.py"
-COMMON_PY = "rlvr_div/trainers/common.py"
 SEAM_PY = "rlvr_div/trainers/trl_seam.py"
-TRAIN_PY = "rlvr_div/train.py"
-FLOWRL_PY = "rlvr_div/trainers/flowrl.py"
 
 # fmt: off
 TRL_NAMES: tuple[TRLName, ...] = (
     # -- GRPOTrainer methods the project's trainer overrides
     TRLName(
         GRPO, "_get_per_token_logps_and_entropies", "method", ("override", "read"),
-        (GRPO_PY, COMMON_PY, DPG_PY, FLOWRL_PY),
+        (GRPO_PY, SEAM_PY),
         params=("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
                 "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
                 "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
@@ -142,27 +141,27 @@ TRL_NAMES: tuple[TRLName, ...] = (
         params=("self", "trial"), note="the checkpoint folder the plug-ins write into",
     ),
     TRLName(
-        TRAINER, "_issue_warnings_after_load", "method", ("patch",), (TRAIN_PY,),
+        TRAINER, "_issue_warnings_after_load", "method", ("patch",), (SEAM_PY,),
         params=("self", "load_result"), used_by=(f"{TRAINER}._load_from_checkpoint",),
         note="replaced on the trainer instance: tied weights are not reported missing on resume",
     ),
-    # -- the vLLM backend (train.py's colocated CPU engine)
+    # -- the vLLM backend (the colocated CPU engine, patched below)
     TRLName(
-        VLLM_GENERATION, "_init_vllm", "method", ("patch",), (TRAIN_PY,),
+        VLLM_GENERATION, "_init_vllm", "method", ("patch",), (SEAM_PY,),
         params=("self",), used_by=(f"{VLLM_GENERATION}.__init__",),
         note="patched on the class for the run: the engine gets the policy's dtype, sync_weights is replaced",
     ),
     TRLName(
-        VLLM_GENERATION, "_iter_named_params", "method", ("read",), (TRAIN_PY,),
+        VLLM_GENERATION, "_iter_named_params", "method", ("read",), (SEAM_PY,),
         params=("self",), note="the weights the replacement sync_weights reloads",
     ),
     TRLName(
-        VLLM_GENERATION, "sync_weights", "method", ("patch",), (TRAIN_PY,),
+        VLLM_GENERATION, "sync_weights", "method", ("patch",), (SEAM_PY,),
         params=("self",), used_by=(f"{GRPO}._generate_single_turn",),
         note="public, but replaced on the instance: listed so that a rename cannot leave the patch unused",
     ),
     TRLName(
-        "trl.generation.vllm_generation", "LLM", "module_attribute", ("patch",), (TRAIN_PY,),
+        "trl.generation.vllm_generation", "LLM", "module_attribute", ("patch",), (SEAM_PY,),
         used_by=(f"{VLLM_GENERATION}._init_vllm",),
         note="vLLM's LLM as TRL's module imports it (only when vllm is installed); patched while _init_vllm runs",
     ),
@@ -378,3 +377,96 @@ def entropy_window(trainer: Any) -> Any:
 def set_entropy_window(trainer: Any, stats: Any) -> None:
     """Set :func:`entropy_window` (None starts a new window)."""
     trainer._entropy_window_stats = stats
+
+
+def per_token_logps_params() -> tuple[str, ...]:
+    """The parameter names of the per-token forward that :func:`per_token_logps` calls, ``self`` first, as listed."""
+    forward = next(e for e in TRL_NAMES if e.label == f"{GRPO}._get_per_token_logps_and_entropies")
+    return tuple(forward.params or ())
+
+
+def per_token_logps(trainer: Any, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
+                    **kwargs: Any) -> tuple[Any, Any, Any]:  # fmt: skip
+    """(log-probs, entropies, aux loss) of the trainer's per-token forward, TRL's ``_get_per_token_logps_and_entropies``
+    as the trainer defines it (the project's override, so the plug-ins' ``forward`` and ``on_logps`` hooks run):
+    ``kwargs`` are its keyword parameters (``batch_size``, ``compute_entropy``, ``compute_aux_loss``, multimodal)."""
+    return trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Patches: the only places rlvr_div replaces a TRL or transformers method for a run
+
+
+@contextmanager
+def colocated_vllm_on_cpu(training: Any) -> Iterator[None]:
+    """While the trainer is built: make TRL's colocated vLLM engine work with the CPU build of vLLM.
+
+    - Weight sync: TRL pushes each parameter with ``model.load_weights([(name, param)])``, which needs the
+      checkpoint-format parameters (and their ``weight_loader``); vLLM's CPU backend repacks each linear layer's weight
+      for its GEMM kernels after loading and drops the original, so the first sync fails. vLLM's in-place reload
+      (``model_runner.reload_weights``) restores the checkpoint layout, loads and re-packs; it re-packs only layers
+      that received weights, so a tied LM head (which keeps its own packed copy of the embedding) is re-packed after.
+    - dtype: TRL builds ``LLM(model=...)`` without one and vLLM's ``auto`` serves a float32 checkpoint in bfloat16;
+      the engine gets the policy's dtype, so sampler and trainer log-probs differ only by kernels, not by rounding.
+
+    A no-op unless ``use_vllm`` in colocate mode on vLLM's CPU platform.
+    """
+    if not (getattr(training, "use_vllm", False) and training.vllm_mode == "colocate"):
+        yield
+        return
+    from trl.generation import vllm_generation
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        yield
+        return
+    cls = vllm_generation.VLLMGeneration
+    init_vllm = cls._init_vllm
+
+    def _init_vllm(gen: Any) -> None:
+        llm = vllm_generation.LLM
+        vllm_generation.LLM = functools.partial(llm, dtype=str(gen.model.dtype).removeprefix("torch."))
+        try:
+            init_vllm(gen)
+        finally:
+            vllm_generation.LLM = llm
+        gen.sync_weights = functools.partial(_reload_vllm_weights, gen)
+
+    cls._init_vllm = _init_vllm
+    try:
+        yield
+    finally:
+        cls._init_vllm = init_vllm
+
+
+def _reload_vllm_weights(gen: Any) -> None:
+    """``VLLMGeneration.sync_weights`` for the colocated CPU engine (see :func:`colocated_vllm_on_cpu`)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=gen._iter_named_params(), is_checkpoint_format=True)
+    for module in runner.get_model().modules():
+        if isinstance(module, VocabParallelEmbedding):  # embedding and (tied) LM head: re-pack from the new weight
+            module.quant_method.process_weights_after_loading(module)
+    gen.llm.reset_prefix_cache()
+
+
+def tied_weights_are_not_missing(trainer: Any) -> None:
+    """On resume the Trainer loads the checkpoint with ``strict=False`` and warns about every missing key; a tied
+    parameter (``lm_head.weight`` = the input embedding) is stored once, so it is reported missing although it is
+    loaded through its twin. Drop such keys before the warning; a key that is really missing is still reported."""
+    issue = getattr(trainer, "_issue_warnings_after_load", None)
+    if issue is None:
+        return
+
+    def issue_untied(load_result: Any) -> Any:
+        shared: dict[int, list[str]] = {}
+        for name, param in trainer.model.named_parameters(remove_duplicate=False):
+            shared.setdefault(id(param), []).append(name)
+        missing = set(getattr(load_result, "missing_keys", []))
+        tied = {n for names in shared.values() if len(names) > 1 and set(names) - missing for n in names}
+        if missing & tied and hasattr(load_result, "_replace"):
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        return issue(load_result)
+
+    trainer._issue_warnings_after_load = issue_untied
