@@ -180,3 +180,30 @@ def test_a_key_of_a_plug_in_that_is_off_is_refused_not_ignored(tmp_path, kw, mes
 )
 def test_a_key_acts_where_its_plug_in_or_divergence_is_in_use(tmp_path, kw):
     trainer_config(DivergenceGRPOConfig, tmp_path, **kw)
+
+
+def test_two_plug_ins_that_own_one_hook_are_refused(monkeypatch):
+    """A hook whose result replaces TRL's (the loss forward, the advantages) has one owner: the trainer would run the
+    first active plug-in's and silently never the other's."""
+    import rlvr_div.trainers.plugin as plugin
+
+    class _Forward(_Toy):
+        name = "forward_a"
+
+        def forward(self, base, *args, **kwargs):
+            return None
+
+    class _OtherForward(_Forward):
+        name = "forward_b"
+
+    class _Advantages(_Toy):
+        name = "advantages_a"
+
+        def advantages(self, out):
+            return None
+
+    plugin.check_loss_owners([_Forward, _Advantages])  # different hooks: fine
+    with pytest.raises(ConfigError, match="^forward_a and forward_b both take over the loss forward; use one$"):
+        plugin.check_loss_owners([_Forward, _OtherForward])
+    with pytest.raises(ConfigError, match="^advantages_a and advantages_b both set the advantages; use one$"):
+        plugin.check_loss_owners([_Advantages, type("_B", (_Advantages,), {"name": "advantages_b"})])

@@ -242,6 +242,7 @@ def test_top_k_larger_than_the_vocabulary_fails_in_one_line(tmp_path, tiny_path)
         ),
         (["--importance_sampling_level", "sequence"], "simko needs importance_sampling_level: token"),
         (["--flowrl", "true"], ("flowrl", "simko")),  # FlowRL replaces the loss SimKO reshapes
+        (["--rehearsal_path", "stored"], "dph_rehearsal and simko both take over the loss forward; use one"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):

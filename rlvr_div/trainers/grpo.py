@@ -59,9 +59,6 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
             raise ConfigError(f"validity_reward_index must be >= 0, got {self.validity_reward_index}")
         active = [p for p in PLUGIN_CLASSES if p.active(self)]
         check_loss_owners(active)
-        shapers = [p.name for p in active if p.advantages is not GRPOPlugin.advantages]
-        if len(shapers) > 1:
-            raise ConfigError(f"{' and '.join(shapers)} both set the advantages; use one")
         # TRL computes reference log-probs (and loads a reference model) exactly when its beta is non-zero
         self.beta = max((p.reference_coef(self) for p in active), default=0.0)
 

@@ -58,6 +58,8 @@ PLUGIN_PACKAGE = "rlvr_div.trainers"  # where plug-in modules live
 LossFn = Callable[[Any, dict[str, Any]], torch.Tensor]
 # the hooks through which a plug-in changes the policy loss or its advantages
 LOSS_HOOKS = ("forward", "advantages", "wrap_loss", "before_loss", "loss_term")
+# the hooks whose result replaces TRL's (the first active plug-in's would win and the others' never run)
+SINGLE_OWNER_HOOKS = {"forward": "take over the loss forward", "advantages": "set the advantages"}
 
 
 class GRPOPlugin:
@@ -230,7 +232,12 @@ def kl_penalties(args: Any) -> list[str]:
 
 def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
     """One-line ConfigError when an active plug-in that replaces GRPO's loss (``replaces_loss``) runs beside another
-    that acts on the loss or the advantages through a :data:`LOSS_HOOKS` hook: that one's change would be dropped."""
+    that acts on the loss or the advantages through a :data:`LOSS_HOOKS` hook, or when two active plug-ins both
+    implement a hook only one can own (:data:`SINGLE_OWNER_HOOKS`): the other's change would be dropped."""
+    for hook, what in SINGLE_OWNER_HOOKS.items():
+        owners = [p.name for p in active if getattr(p, hook) is not getattr(GRPOPlugin, hook)]
+        if len(owners) > 1:
+            raise ConfigError(f"{' and '.join(owners)} both {what}; use one")
     for owner in (p for p in active if p.replaces_loss):
         for other in active:
             hooks = [h for h in LOSS_HOOKS if getattr(other, h) is not getattr(GRPOPlugin, h)]

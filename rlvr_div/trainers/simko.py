@@ -160,10 +160,6 @@ def check_simko(args: Any) -> None:
             f"simko does not combine with a divergence term (divergence: {penalties[0]}, coefficient > 0): its "
             "per-token gradient would be redistributed too; the paper trains without one"
         )
-    if getattr(args, "rehearsal_path", None) is not None:
-        raise ConfigError("simko does not combine with rehearsal_path: both take over the loss forward")
-    if getattr(args, "flowrl", False) is True:
-        raise ConfigError("simko does not combine with flowrl: FlowRL replaces the policy loss that SimKO reshapes")
     if getattr(args, "covariance_penalty", "none") == "kl_cov":
         raise ConfigError(
             "simko does not combine with covariance_penalty: kl_cov (its gradient would be redistributed too)"
