@@ -11,7 +11,7 @@ from collapse_bench.beta_report import write_report
 from collapse_bench.beta_spec import check_arm_names, load_study
 from collapse_bench.beta_study import STATE, run_study
 from collapse_bench.cli import toy_reference
-from collapse_bench.engine import study_lock
+from collapse_bench.engine import run_and_report
 from rlvr_div.errors import ConfigError
 
 
@@ -40,15 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--max-runs must be at least 1, got {args.max_runs}")
     out = Path(args.out)
     command = "rlvr-div beta-study " + " ".join(sys.argv[2:] if argv is None else argv)
-    if args.report_only and not (out / STATE).is_file():
-        raise ConfigError(f"{out} holds no β study to report on")
-    with study_lock(out, "β study"):
-        if not args.report_only:
-            run_study(study, out, fresh=args.fresh, progress=not args.quiet, arms=arms, max_runs=args.max_runs)
-        toy = toy_reference(out, sorted(study.betas, reverse=True))
-        path = write_report(study, out, command.strip(), toy)
-    print(f"report: {path}")
-    return 0
+    return run_and_report(
+        out, "β study", STATE, args.report_only,
+        lambda: run_study(study, out, fresh=args.fresh, progress=not args.quiet, arms=arms, max_runs=args.max_runs),
+        lambda: write_report(study, out, command.strip(), toy_reference(out, sorted(study.betas, reverse=True))),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

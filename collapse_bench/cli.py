@@ -6,13 +6,12 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from collapse_bench.aggregate import aggregate
-from collapse_bench.engine import study_lock
+from collapse_bench.engine import run_and_report
 from collapse_bench.report import write_report
 from collapse_bench.runs import STATE, run_benchmark
 from collapse_bench.spec import Benchmark, load_benchmark
@@ -29,26 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="delete --out first instead of resuming")
     ap.add_argument("--report-only", action="store_true", help="recompute the tables from the kept per-run files")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    ap.add_argument(
-        "--docs", default=None, help="also put the tables into this markdown file, between <!-- tables --> markers"
-    )
     return ap
-
-
-def splice_tables(report_path: Path, docs: Path) -> None:
-    """Replace what lies between ``<!-- tables -->`` and ``<!-- /tables -->`` in ``docs`` with the report's body
-    (headings one level down, image links made relative to ``docs``)."""
-    text = docs.read_text()
-    start, end = "<!-- tables -->\n", "<!-- /tables -->"
-    if start not in text or end not in text:
-        raise ConfigError(f"{docs} has no '<!-- tables -->' ... '<!-- /tables -->' block to fill")
-    rel = Path(os.path.relpath(report_path.parent, docs.parent))
-    body = []
-    for line in report_path.read_text().splitlines()[1:]:
-        line = re.sub(r"\]\(([\w.-]+\.png)\)", lambda m: f"]({(rel / m.group(1)).as_posix()})", line)
-        body.append("#" + line if re.match(r"#+ ", line) else line)
-    head, rest = text.split(start, 1)
-    docs.write_text(head + start + "\n".join(body).strip() + "\n" + end + rest.split(end, 1)[1])
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,17 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = load_benchmark(args.config, _overrides(args))
     out = Path(args.out)
     command = "rlvr-div collapse " + " ".join(sys.argv[2:] if argv is None else argv)
-    if args.report_only and not (out / STATE).is_file():
-        raise ConfigError(f"{out} holds no collapse benchmark to report on")
-    with study_lock(out, "collapse benchmark"):  # one writer per directory, for the runs and the report
-        if not args.report_only:
-            run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
-        path = report(bench, out, command.strip())
-    if args.docs:
-        splice_tables(path, Path(args.docs))
-        print(f"tables: {args.docs}")
-    print(f"report: {path}")
-    return 0
+    return run_and_report(
+        out, "collapse benchmark", STATE, args.report_only,
+        lambda: run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet),
+        lambda: report(bench, out, command.strip()),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

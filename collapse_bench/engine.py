@@ -113,6 +113,20 @@ def study_lock(out: Path, what: str) -> Iterator[None]:
         yield
 
 
+def run_and_report(out: Path, what: str, state: str, report_only: bool, run: Callable[[], object],
+                   report: Callable[[], Path]) -> int:  # fmt: skip
+    """A study command's body: under ``out``'s lock (:func:`study_lock`), ``run`` the study (not with
+    ``report_only``, which needs a study there: its ``state`` file), then write and name its ``report``."""
+    if report_only and not (out / state).is_file():
+        raise ConfigError(f"{out} holds no {what} to report on")
+    with study_lock(out, what):
+        if not report_only:
+            run()
+        path = report()
+    print(f"report: {path}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------- results and logs
 
 

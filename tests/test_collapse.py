@@ -180,25 +180,6 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
         run_benchmark(load_benchmark(SMOKE), tmp_path / "a_file" / "out", progress=False)
 
 
-def test_tables_are_spliced_into_the_docs_between_markers(tmp_path):
-    from collapse_bench.cli import splice_tables
-
-    (tmp_path / "res").mkdir()
-    report = tmp_path / "res" / "collapse.md"
-    report.write_text("# Collapse benchmark\n\n## Task `x`\n\n| a |\n\n![Pareto](pareto_x.png)\n")
-    docs = tmp_path / "docs" / "collapse.md"
-    docs.parent.mkdir()
-    docs.write_text("intro\n<!-- tables -->\nold\n<!-- /tables -->\nafter\n")
-    splice_tables(report, docs)
-    assert (
-        docs.read_text() == "intro\n<!-- tables -->\n### Task `x`\n\n| a |\n\n![Pareto](../res/pareto_x.png)\n"
-        "<!-- /tables -->\nafter\n"
-    )
-    docs.write_text("no markers")
-    with pytest.raises(ConfigError, match="no '<!-- tables -->'"):
-        splice_tables(report, docs)
-
-
 def test_results_written_into_the_checkout_do_not_mark_the_code_dirty(tmp_path):
     import subprocess
 
