@@ -234,10 +234,6 @@ def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
     """One-line ConfigError when an active plug-in that replaces GRPO's loss (``replaces_loss``) runs beside another
     that acts on the loss or the advantages through a :data:`LOSS_HOOKS` hook, or when two active plug-ins both
     implement a hook only one can own (:data:`SINGLE_OWNER_HOOKS`): the other's change would be dropped."""
-    for hook, what in SINGLE_OWNER_HOOKS.items():
-        owners = [p.name for p in active if getattr(p, hook) is not getattr(GRPOPlugin, hook)]
-        if len(owners) > 1:
-            raise ConfigError(f"{' and '.join(owners)} both {what}; use one")
     for owner in (p for p in active if p.replaces_loss):
         for other in active:
             hooks = [h for h in LOSS_HOOKS if getattr(other, h) is not getattr(GRPOPlugin, h)]
@@ -245,6 +241,10 @@ def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
                 what = "advantages" if "advantages" in hooks else "loss"
                 raise ConfigError(f"{owner.name} and {other.name} both act on the {what} ({owner.name} replaces "
                                   "GRPO's policy loss); use one")  # fmt: skip
+    for hook, what in SINGLE_OWNER_HOOKS.items():
+        owners = [p.name for p in active if getattr(p, hook) is not getattr(GRPOPlugin, hook)]
+        if len(owners) > 1:
+            raise ConfigError(f"{' and '.join(owners)} both {what}; use one")
 
 
 def train_dataset_of(args: Any) -> Any:
