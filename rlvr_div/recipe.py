@@ -155,14 +155,18 @@ _DERIVED_KEYS = ("generation_batch_size",)
 def recipe_from_resolved(resolved: dict[str, Any]) -> dict[str, Any]:
     """A run's resolved ``recipe.yaml`` (sections ``script``, ``training``, ``model``, ``launch``, ``history``) as a
     flat recipe that trains the same run: the three sections merged, ``launch`` and ``history`` dropped, values that
-    are derived or masked (``generation_batch_size``, ``model_init_kwargs`` filled from the model keys, ``<…TOKEN>``
-    placeholders) left out."""
+    are derived or masked (``generation_batch_size``, the divergence trainer's TRL ``beta``, ``model_init_kwargs``
+    filled from the model keys, ``<…TOKEN>`` placeholders) left out."""
     flat: dict[str, Any] = {}
     for section in ("script", "training", "model"):
         flat.update(resolved[section])
     for key in _DERIVED_KEYS:
         if flat.get("steps_per_generation") is not None:
             flat.pop(key, None)
+    # the divergence trainer derives TRL's beta from its plug-ins (their reference switch, e.g. a sequence-level KL's
+    # coefficient) and keeps the user's coefficient in divergence_coef: read back, the two would disagree
+    if "divergence_coef" in flat:
+        flat.pop("beta", None)
     # train.py fills model_init_kwargs from the model keys: keep only what was given beyond them, so that a
     # command-line --dtype (or --model_revision, ...) still applies to the resolved recipe
     derived = {

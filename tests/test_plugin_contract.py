@@ -140,7 +140,8 @@ def test_every_key_of_every_plug_in_is_declared_to_act_only_when_it_can():
         own = {f.name for f in dataclasses.fields(cls.Args)} if cls.Args else set()
         assert set(cls.parameters_of) <= own, cls.name
         if cls.selected_by is None:
-            assert own <= set(cls.switches) | set(cls.parameters_of), (cls.name, own - set(cls.switches))
+            declared = set(cls.switches) | set(cls.parameters_of) | set(cls.own_rules)
+            assert own <= declared, (cls.name, own - declared)
 
 
 @pytest.mark.parametrize(
@@ -154,6 +155,12 @@ def test_every_key_of_every_plug_in_is_declared_to_act_only_when_it_can():
         ({"clip_cov_lb": 0.5}, "clip_cov_lb=0.5 acts only with covariance_penalty: clip_cov or kl_cov"),
         ({"js_scale": 2.0}, "js_scale=2.0 parametrises the 'js' divergence, which no term of this run evaluates"),
         ({"divergence": "js", "divergence_coef": 0.1, "dph_alpha": 0.3}, "dph_alpha=0.3 parametrises the 'alpha'"),
+        ({"divergence_gradient": "plain"}, "divergence_gradient='plain' acts only with a divergence term"),
+        ({"dpg": True, "dpg_divergence": "js", "dpg_alpha": 0.5}, "dpg_alpha=0.5 acts only with dpg_divergence: alpha"),
+        # a bad name or coefficient is named as such before any key it would leave idle
+        ({"divergence": "jss", "divergence_coef": 0.1, "js_scale": 2.0}, "unknown divergence 'jss'"),
+        ({"divergence": "js", "beta": -0.1, "js_scale": 2.0}, "beta must be a finite number >= 0"),
+        ({"beta_schedule": "validity-target", "target_validity": 0.8}, "beta_schedule must be one of"),
         (
             {"reward_shaping": "pkpo", "scale_rewards": "group"},
             "scale_rewards='group' does not act with reward_shaping: pkpo, whose advantages are used as they are",
@@ -176,6 +183,9 @@ def test_a_key_of_a_plug_in_that_is_off_is_refused_not_ignored(tmp_path, kw, mes
         {"rehearsal_path": "stored", "rehearsal_coef": 0.5},
         {"reward_shaping": "pkpo", "pkpo_k": 2, "scale_rewards": "none"},
         {"reward_shaping": "mara", "mara_tau": 0.5, "divergence": "reverse_kl", "divergence_coef": 0.1},
+        {"divergence": "js", "divergence_coef": 0.1, "divergence_gradient": "plain"},
+        {"divergence_gradient": "plain", "use_bias_correction_kl": False},  # a resolved recipe without a term
+        {"dpg": True, "dpg_divergence": "alpha", "dpg_alpha": 0.5},
     ],
 )
 def test_a_key_acts_where_its_plug_in_or_divergence_is_in_use(tmp_path, kw):

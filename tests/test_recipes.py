@@ -131,6 +131,22 @@ def test_recipe_parses_and_validates(recipe: Path, tmp_path: Path, hub_models: N
     assert training.num_generations >= 2
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=_ids)
+def test_a_run_s_resolved_recipe_reads_back_into_the_same_config(recipe: Path, tmp_path: Path) -> None:
+    """``rlvr-div train --config <run>/recipe.yaml`` trains the same run: every key the resolved recipe writes out
+    (TRL's ``beta`` included, which the divergence trainer derives from its plug-ins) parses back to the same
+    config (a sequence-level KL's or FlowRL's resolved recipe used to fail: beta and divergence_coef disagreed)."""
+    import yaml
+
+    from rlvr_div.train import _resolved
+
+    script, training, model = parse_recipe(_cpu_args(recipe, tmp_path))
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(_resolved(script, training, model)))
+    again = parse_recipe(["--config", str(path)])[1]
+    assert again.to_dict() == training.to_dict()
+
+
 @pytest.mark.parametrize("recipe", REAL, ids=_ids)
 def test_real_recipe_training_data_builds_offline(recipe: Path, tmp_path: Path, hub_fixtures: list) -> None:
     """The dataset `rlvr-div train` and `rlvr-div rehearse` build from the recipe (same call), from local fixtures."""

@@ -60,7 +60,7 @@ def test_trainer_advantages_are_centred_penalised_rewards(tmp_path, tiny_path):
     [
         (["--sequence_kl_coef", "-0.1"], "sequence_kl_coef must be a finite number >= 0, got -0.1"),
         (["--divergence", "reverse_kl", "--divergence_coef", "0.1"], "a divergence term in the loss as well"),
-        (["--reward_shaping", "unlikeliness"], "cannot be combined with reward_shaping 'unlikeliness'"),
+        (["--reward_shaping", "unlikeliness"], "unlikeliness and sequence_kl both set the advantages; use one"),
         (["--multi_objective_aggregation", "normalize_then_sum"], "needs multi_objective_aggregation"),
     ],
 )

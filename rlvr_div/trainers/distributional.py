@@ -284,6 +284,9 @@ class DPG(GRPOPlugin):
             raise ConfigError(f"divergence={args.divergence!r} does not act with trainer 'dpg' (its loss has no "
                               "divergence term); remove it")  # fmt: skip
         check_dpg(args.dpg_divergence, args.dpg_alpha, args.dpg_clip, args.dpg_z_floor)
+        if args.dpg_divergence != "alpha" and args.dpg_alpha != DPGArgs.dpg_alpha:
+            raise ConfigError(f"dpg_alpha={args.dpg_alpha} acts only with dpg_divergence: alpha, not "
+                              f"{args.dpg_divergence!r}")  # fmt: skip
         # REF_BETA is accepted so that a resolved recipe (which records TRL's beta = REF_BETA) can be read back
         if args.beta not in (None, 0.0, REF_BETA):
             raise ConfigError(

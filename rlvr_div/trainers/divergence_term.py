@@ -117,7 +117,8 @@ class DivergenceTerm(GRPOPlugin):
     Args = DivergenceArgs
     # beta too: it resolves into divergence_coef (checked before it does)
     ranges = {"beta": NON_NEGATIVE, "divergence_coef": NON_NEGATIVE, "dph_alpha": OPEN_UNIT, "js_scale": POSITIVE}
-    switches = ("beta", "divergence", "divergence_coef", "divergence_gradient")  # the selection itself
+    switches = ("beta", "divergence", "divergence_coef")  # the selection itself
+    own_rules = ("divergence_gradient",)  # acts only with the term: checked in prepare (resolved recipes carry it)
     parameters_of = {"dph_alpha": "alpha", "js_scale": "js"}  # shared with every term that evaluates a divergence
     kl_penalty = True  # the run's KL penalty in the loss, for the plug-ins that need or refuse one (kl_penalties)
 
@@ -130,6 +131,10 @@ class DivergenceTerm(GRPOPlugin):
     @classmethod
     def prepare(cls, args: Any) -> None:
         resolve_coefficient(args)
+        implied = "ratio" if args.use_bias_correction_kl else "plain"  # what use_bias_correction_kl alone selects
+        if not args.divergence_active and args.divergence_gradient not in (None, implied):
+            raise ConfigError(f"divergence_gradient={args.divergence_gradient!r} acts only with a divergence term "
+                              "(divergence and divergence_coef > 0)")  # fmt: skip
         resolve_gradient(args)
         if args.divergence != "none":
             DIVERGENCES.get(args.divergence)

@@ -36,7 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.common import checked_init_arguments, log_group_diversity, replace_advantages
-from rlvr_div.trainers.plugin import GRPOPlugin, check_loss_owners, plugin_args, plugin_classes
+from rlvr_div.trainers.plugin import GRPOPlugin, check_loss_owners, check_parameters, plugin_args, plugin_classes
 
 PLUGIN_CLASSES: tuple[type[GRPOPlugin], ...] = tuple(plugin_classes())
 
@@ -55,6 +55,7 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
         for plugin in PLUGIN_CLASSES:  # one-line checks, in their modules' ORDER: the declared ones, then its own
             plugin.check_declared(self)
             plugin.prepare(self)
+        check_parameters(self)
         if self.validity_reward_index < 0:
             raise ConfigError(f"validity_reward_index must be >= 0, got {self.validity_reward_index}")
         active = [p for p in PLUGIN_CLASSES if p.active(self)]

@@ -5,9 +5,11 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 - ``ranges``: each number key of its Args with its allowed :class:`rlvr_div.ranges.Range`;
 - ``selected_by`` (and ``switches``): how a recipe selects it, e.g. ``"simko: true"``; its other keys then act only
   when it is selected, and one set away from its default while it is not is refused. A plug-in whose keys are
-  themselves the selection (the divergence term, ``reward_shaping``) lists them all in ``switches`` instead;
+  themselves the selection (the divergence term, ``reward_shaping``) lists them in ``switches`` instead, and a key
+  whose rule its own ``prepare`` checks in ``own_rules``;
 - ``parameters_of``: its keys that parametrise a divergence (``js_scale`` -> ``js``): each acts only while some
-  plug-in evaluates that divergence (its :meth:`GRPOPlugin.divergences`), and is refused otherwise;
+  plug-in evaluates that divergence (its :meth:`GRPOPlugin.divergences`), and is refused otherwise, once every
+  plug-in has prepared the config (:func:`check_parameters`);
 - ``kl_penalty``: its ``divergences`` are the run's penalty to the reference in the policy loss, which other
   plug-ins ask for or refuse through :func:`kl_penalties`, never by reading its keys;
 - ``unscaled``: its advantages are used as they are, so TRL's ``scale_rewards`` would not act: while it is active any
@@ -69,6 +71,7 @@ class GRPOPlugin:
     Args: ClassVar[type | None] = None
     selected_by: ClassVar[str | None] = None  # how a recipe selects it; then its other keys act only when selected
     switches: ClassVar[tuple[str, ...]] = ()  # the Args keys that select it (exempt from "acts only when selected")
+    own_rules: ClassVar[tuple[str, ...]] = ()  # keys whose "acts only when" rule its own prepare checks
     ranges: ClassVar[dict[str, Range]] = {}  # its number keys' allowed values (an ``int`` field: integers)
     parameters_of: ClassVar[dict[str, str]] = {}  # key -> the divergence it parametrises (acts only while in use)
     unscaled: ClassVar[bool] = False  # its advantages are used as they are: TRL's scale_rewards must be none
@@ -82,9 +85,9 @@ class GRPOPlugin:
     def check_declared(cls, args: Any) -> None:
         """The contract of its declarations, as one-line ConfigErrors: with ``selected_by`` and the plug-in not
         :meth:`active`, any Args key but the ``switches`` set away from its default is refused (a key that would not
-        act is not ignored); a key of ``parameters_of`` set away from its default while no plug-in evaluates its
-        divergence is refused; while active, an ``unscaled`` plug-in refuses TRL's ``scale_rewards`` but ``none``;
-        every key of ``ranges`` holds an integer (an ``int`` field) or a finite number in its range (None: unset)."""
+        act is not ignored); while active, an ``unscaled`` plug-in refuses TRL's ``scale_rewards`` but ``none``;
+        every key of ``ranges`` holds an integer (an ``int`` field) or a finite number in its range (None: unset).
+        ``parameters_of`` is checked once every plug-in has prepared the config (:func:`check_parameters`)."""
         own = {f.name: f for f in dataclasses.fields(cls.Args)} if cls.Args is not None else {}
         undeclared = sorted((set(cls.ranges) | set(cls.parameters_of)) - set(own))
         if undeclared:  # a programming error in the plug-in, not a user's
@@ -95,11 +98,6 @@ class GRPOPlugin:
                 if f.name not in cls.switches and value != f.default:
                     raise ConfigError(f"{f.name}={value} acts only with {cls.selected_by}")
             return
-        for key, divergence in cls.parameters_of.items():
-            value = getattr(args, key)
-            if value != own[key].default and not any(divergence in p.divergences(args) for p in plugin_classes()):
-                raise ConfigError(f"{key}={value} parametrises the {divergence!r} divergence, which no term of this "
-                                  "run evaluates")  # fmt: skip
         scale = getattr(args, "scale_rewards", "none")
         if cls.unscaled and scale != "none" and cls.active(args):
             raise ConfigError(f"scale_rewards={scale!r} does not act with {cls.selected_by or cls.name}, whose "
@@ -221,6 +219,19 @@ def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return []
     return [cls for cls in plugin_classes() if cls.active(args)]
+
+
+def check_parameters(args: Any) -> None:
+    """One-line ConfigError for a key of a plug-in's ``parameters_of`` set away from its default while no plug-in
+    evaluates its divergence (:meth:`GRPOPlugin.divergences`); run after every plug-in's ``prepare``, so that an
+    unknown divergence name or a bad coefficient is reported as such first."""
+    for cls in plugin_classes():
+        own = {f.name: f for f in dataclasses.fields(cls.Args)} if cls.Args is not None else {}
+        for key, divergence in cls.parameters_of.items():
+            value = getattr(args, key)
+            if value != own[key].default and not any(divergence in p.divergences(args) for p in plugin_classes()):
+                raise ConfigError(f"{key}={value} parametrises the {divergence!r} divergence, which no term of this "
+                                  "run evaluates")  # fmt: skip
 
 
 def kl_penalties(args: Any) -> list[str]:

@@ -41,7 +41,7 @@ class SequenceKLArgs:
     )
 
 
-def check_sequence_kl(coef: float, kl_penalty: bool, reward_shaping: str, aggregation: str) -> None:
+def check_sequence_kl(coef: float, kl_penalty: bool, aggregation: str) -> None:
     """One-line errors: a combination whose meaning would be ambiguous (the coefficient's range, >= 0, is declared
     in :class:`SequenceKL`)."""
     if coef == 0:
@@ -51,8 +51,6 @@ def check_sequence_kl(coef: float, kl_penalty: bool, reward_shaping: str, aggreg
             "sequence_kl_coef puts the KL in the reward; a divergence term in the loss as well is ambiguous: set "
             "divergence: none (or sequence_kl_coef: 0)"
         )
-    if reward_shaping != "none":
-        raise ConfigError(f"sequence_kl_coef cannot be combined with reward_shaping {reward_shaping!r}; use one")
     if aggregation != "sum_then_normalize":
         raise ConfigError(
             f"sequence_kl_coef needs multi_objective_aggregation 'sum_then_normalize' (the penalty is added to the "
@@ -79,9 +77,7 @@ class SequenceKL(GRPOPlugin):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_sequence_kl(
-            args.sequence_kl_coef, bool(kl_penalties(args)), args.reward_shaping, args.multi_objective_aggregation
-        )
+        check_sequence_kl(args.sequence_kl_coef, bool(kl_penalties(args)), args.multi_objective_aggregation)
 
     @classmethod
     def active(cls, args: Any) -> bool:

@@ -74,7 +74,8 @@ class ValidityTargetArgs:
 
 
 class ValidityTarget(GRPOPlugin):
-    """Moves the trainer's β (TRL's ``beta``, which the divergence term reads) after each scored training batch."""
+    """Moves the divergence term's live coefficient (``trainer.kl_coef``, which starts at ``divergence_coef``) after
+    each scored training batch."""
 
     name = "validity_target"
     Args = ValidityTargetArgs
@@ -110,7 +111,7 @@ class ValidityTarget(GRPOPlugin):
 
     @classmethod
     def active(cls, args: Any) -> bool:
-        return args.beta_schedule == "validity_target"
+        return args.beta_schedule != "constant"  # an unknown schedule reaches prepare, which names it
 
     def on_rewards(self, rewards_per_func: torch.Tensor, prompts: list[Any], completions: list[Any],
                    valid: torch.Tensor, stats: dict[str, float]) -> None:  # fmt: skip

@@ -75,7 +75,7 @@ class ZeroSuccess(RewardShaping):
     name = "zero_success"
     Args = ZeroSuccessArgs
     ranges = {"zero_success_weight": POSITIVE}
-    direct = True  # (so its keys' range, "acts only with reward_shaping: zero_success" and unscaled: declared)
+    direct = True  # so its advantages refuse scale_rewards (RewardShaping declares it, and its selection)
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         frac = zero_success_groups(rewards, group).double().mean().item()
