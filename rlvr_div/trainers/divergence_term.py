@@ -148,8 +148,7 @@ class DivergenceTerm(GRPOPlugin):
 
     @classmethod
     def divergences(cls, args: Any) -> tuple[str, ...]:
-        coef = args.divergence_coef if args.divergence_coef is not None else args.beta  # before they resolve
-        return (args.divergence,) if args.divergence != "none" and (coef or 0) > 0 else ()
+        return (args.divergence,) if args.divergence_active else ()
 
     @classmethod
     def reference_coef(cls, args: Any) -> float:

@@ -119,8 +119,9 @@ class GRPOPlugin:
     @classmethod
     def divergences(cls, args: Any) -> tuple[str, ...]:
         """The divergences (:data:`rlvr_div.divergences.DIVERGENCES` names) this plug-in evaluates in the run that
-        ``args`` configure, with the parameters ``args.divergence_params(name)``; read before ``prepare`` resolves
-        the config, so it decides its own activity from the keys as given."""
+        ``args`` configure, with the parameters ``args.divergence_params(name)``; read once this plug-in has
+        prepared the config (by :func:`check_parameters` after every ``prepare``, by :func:`kl_penalties` from the
+        ``prepare`` of plug-ins later in ORDER)."""
         return ()
 
     @classmethod
