@@ -376,7 +376,10 @@ def run_argv(bench: Benchmark, run: Run, output_dir: str | Path, rehearsal_path:
     elif method.tune_key is not None and run.value is not None:
         settings[method.tune_key] = run.value
     settings |= run_settings(task.task, task.task_options, run.seed, output_dir)
-    if method.rehearsal:
+    if method.rehearsal:  # the set's offline-stage settings too, which training checks against the stored set
+        from rlvr_div.trainers.dph import OFFLINE_STAGE_KEYS
+
+        settings |= {k: v for k, v in task.rehearsal.items() if k in OFFLINE_STAGE_KEYS.values()}
         settings["rehearsal_path"] = str(rehearsal_path)
     return recipe_argv(method.recipe, settings)
 
@@ -412,6 +415,10 @@ def run_identity(bench: Benchmark, run: Run) -> dict:
     arguments do not override (so comments, or a key the benchmark sets anyway, can change without retraining),
     and how often it measures its path while training (a result without the path the benchmark asks for is stale)."""
     argv = run_argv(bench, run, f"<out>/runs/{run.key}", f"<out>/rehearsal/{run.task}")
+    # the offline stage's settings only check the stored set (at <out>/rehearsal/<task>), which decides them
+    from rlvr_div.trainers.dph import OFFLINE_STAGE_KEYS
+
+    argv = [a for a in argv if a[2:].split("=", 1)[0] not in OFFLINE_STAGE_KEYS.values()]
     argv[1] = os.path.relpath(argv[1], bench.root)  # the recipe as the config names it: the checkout may move
     overridden = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "=" in a}
     recipe = yaml.safe_load(Path(bench.method(run.method).recipe).read_text()) or {}

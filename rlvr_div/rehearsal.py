@@ -68,14 +68,15 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
     from rlvr_div.rewards import get_reward
     from rlvr_div.sampling import SamplingConfig
     from rlvr_div.tasks import get_task, get_task_spec
+    from rlvr_div.trainers.dph import offline_stage
 
     out = Path(training.rehearsal_path)
-    k = training.rehearsal_k
-    threshold = k if training.rehearsal_threshold is None else training.rehearsal_threshold
+    stage = offline_stage(training)
+    k, threshold = stage["k"], stage["threshold"]
     sampling = SamplingConfig(
         n=k + 1,
         temperature=training.temperature,
-        top_p=training.rehearsal_top_p,
+        top_p=stage["top_p"],
         max_new_tokens=training.max_completion_length,
         seed=training.seed,
         batch_size=training.rehearsal_sampling_batch_size,

@@ -46,10 +46,16 @@ def read_summary(path: str | Path) -> dict[str, Any]:
 
 
 def check_rehearsal(
-    path: str | Path, model: str | None = None, tokenizer: Any = None, temperature: float | None = None
+    path: str | Path,
+    model: str | None = None,
+    tokenizer: Any = None,
+    temperature: float | None = None,
+    stage: dict[str, tuple[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Validate a rehearsal set against the model, tokenizer and sampling temperature about to be trained, before
-    training starts (its reference log-probs are log a(y_t|·) at the temperature it was sampled at)."""
+    training starts (its reference log-probs are log a(y_t|·) at the temperature it was sampled at), and against the
+    offline-stage settings a training recipe gives (``stage``: ``{"k" | "threshold" | "top_p": (recipe key, value)}``):
+    the set decided them, so a different value would be ignored."""
     summary = read_summary(path)
     if summary.get("n_rehearsal", 0) == 0:
         raise ConfigError(
@@ -69,6 +75,13 @@ def check_rehearsal(
             f"temperature={temperature} differs from the rehearsal set's sampling temperature {stored}; the stored "
             "reference log-probs are only valid at that temperature"
         )
+    for name, (key, value) in (stage or {}).items():
+        stored = summary.get("sampling", {}).get(name) if name == "top_p" else summary.get(name)
+        if stored != value:
+            raise ConfigError(
+                f"{key}={value} differs from the rehearsal set's {name} = {stored} (`rlvr-div rehearse` decided it "
+                f"when it built {str(path)!r}); remove {key} from the training recipe or rebuild the set with it"
+            )
     return summary
 
 

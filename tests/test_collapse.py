@@ -223,6 +223,20 @@ def test_a_run_keeps_its_identity_when_the_checkout_moves(tmp_path):
     assert run_identity(here, run) != run_identity(load_benchmark(moved), run)  # a changed recipe still counts
 
 
+def test_a_dph_run_gives_training_its_sets_offline_settings_without_changing_its_identity():
+    """The task's offline-stage overrides reach training (which checks them against the stored set), not the run's
+    identity: the set decides them, so the committed DPH-RL runs stay current."""
+    from collapse_bench.spec import run_identity
+
+    bench = load_benchmark(ROOT / "bench" / "collapse.yaml")
+    run = next(r for r in grid_runs(bench)[0] + grid_runs(bench)[1] if bench.method(r.method).rehearsal)
+    assert bench.task(run.task).rehearsal == {"rehearsal_threshold": 8}
+    assert "--rehearsal_threshold=8" in run_argv(bench, run, "out", "rehearsal")
+    identity = run_identity(bench, run)
+    assert not any("rehearsal_threshold" in a for a in identity["argv"])
+    assert result_of(ROOT / "bench" / "results" / "collapse", bench, run) is not None
+
+
 def test_a_cached_base_is_read_only_when_made_the_same_way(tmp_path):
     """Both engines keep the base in one file (:func:`collapse_bench.measure.cached_base`): written once, read back
     unchanged, refused in one line when the model, the task's settings or the measured prompts differ."""

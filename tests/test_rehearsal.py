@@ -135,6 +135,8 @@ def test_forward_kl_rehearsal_gradient_is_the_nll_gradient_in_expectation():
         ("tokenizer", "another tokenizer"),
         ("empty", "is empty"),
         ("temperature", "differs from the rehearsal set's sampling temperature"),
+        ("threshold", "rehearsal_threshold=5 differs from the rehearsal set's threshold = 6"),
+        ("top_p", "rehearsal_top_p=0.9 differs from the rehearsal set's top_p = 1.0"),
     ],
 )
 def test_bad_rehearsal_sets_fail_in_one_line(mutate, message, rehearsal_dir, tmp_path, capsys, monkeypatch):
@@ -152,6 +154,10 @@ def test_bad_rehearsal_sets_fail_in_one_line(mutate, message, rehearsal_dir, tmp
         summary["n_rehearsal"] = 0
     elif mutate == "temperature":
         extra = ["--temperature", "0.7"]
+    elif mutate == "threshold":  # the set was built by the recipe's offline stage: k 8, threshold 6, top_p 1.0
+        extra = ["--rehearsal_threshold", "5"]
+    elif mutate == "top_p":
+        extra = ["--rehearsal_top_p", "0.9"]
     if bad.exists():
         (bad / "summary.json").write_text(json.dumps(summary))
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: pytest.fail("loaded"))
@@ -403,6 +409,7 @@ def test_offline_stage_without_vllm_installed_fails_in_one_line(tmp_path, capsys
     [
         ({"temperature": 0.7}, "differs from the rehearsal set's sampling temperature"),
         ({"rehearsal_path": "missing"}, "does not exist"),
+        ({"rehearsal_k": 16}, "rehearsal_k=16 differs from the rehearsal set's k = 8"),
     ],
 )
 def test_trainer_api_checks_the_rehearsal_set_before_the_model_loads(change, message, rehearsal_dir, tmp_path,
@@ -430,6 +437,24 @@ def test_trainer_api_checks_the_rehearsal_set_before_the_model_loads(change, mes
             train_dataset=get_task("pairsum", size=8),
             processing_class=tokenizer,
         )  # fmt: skip
+
+
+def test_offline_stage_keys_left_unset_at_train_are_the_sets(rehearsal_dir):
+    """Training decides nothing of the offline stage: unset keys take the stored set's values, given ones must match
+    it (the set was built with k 8, threshold 6, top_p 1.0 by the recipe)."""
+    from types import SimpleNamespace
+
+    from rlvr_div.errors import ConfigError
+    from rlvr_div.rehearsal_set import check_rehearsal
+    from rlvr_div.trainers.dph import given_offline_stage, offline_stage
+
+    unset = SimpleNamespace(rehearsal_k=None, rehearsal_threshold=None, rehearsal_top_p=None)
+    assert given_offline_stage(unset) == {} and offline_stage(unset) == {"k": 8, "threshold": 8, "top_p": 1.0}
+    assert check_rehearsal(rehearsal_dir, stage=given_offline_stage(unset))["threshold"] == 6
+    same = SimpleNamespace(rehearsal_k=8, rehearsal_threshold=6, rehearsal_top_p=1.0)
+    check_rehearsal(rehearsal_dir, stage=given_offline_stage(same))
+    with pytest.raises(ConfigError, match="rehearsal_k=4 differs"):
+        check_rehearsal(rehearsal_dir, stage=given_offline_stage(SimpleNamespace(**{**vars(same), "rehearsal_k": 4})))
 
 
 def test_trainer_api_refuses_a_rehearsal_set_of_another_tokenizer(rehearsal_dir, tmp_path, tiny_path):

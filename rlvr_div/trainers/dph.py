@@ -15,7 +15,9 @@ forward and one backward per micro-step, as in GRPO without KL), every token at 
 :meth:`Rehearsal.forward`); a separate forward is used only where TRL's loss does not score per-token log-probs.
 
 The ``rehearsal_k``, ``rehearsal_threshold``, ``rehearsal_top_p`` and ``rehearsal_sampling_batch_size`` keys are read
-by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`) from the same recipe.
+by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`) from the same recipe; the stored set decides
+them for training, so the first three, when a training recipe gives them, must equal the set's (:meth:`Rehearsal.
+check_inputs`; unset, they are taken from the set).
 """
 
 from __future__ import annotations
@@ -47,18 +49,49 @@ class RehearsalArgs:
         default="forward_kl", metadata={"help": "DPH-RL: divergence of the rehearsal term (forward_kl, js, alpha)."}
     )
     rehearsal_coef: float = field(default=0.02, metadata={"help": "DPH-RL: η, the coefficient of the rehearsal term."})
-    rehearsal_k: int = field(default=8, metadata={"help": "DPH-RL offline stage: samples per prompt (k)."})
+    rehearsal_k: int | None = field(
+        default=None,
+        metadata={"help": "DPH-RL offline stage: samples per prompt (k); default 8. Given to train: the set's."},
+    )
     rehearsal_threshold: int | None = field(
         default=None,
-        metadata={"help": "DPH-RL offline stage: correct samples (of k) that put a prompt in D_pef; default k."},
+        metadata={
+            "help": "DPH-RL offline stage: correct samples (of k) that put a prompt in D_pef; default k. Given "
+            "to train: the set's."
+        },
     )
-    rehearsal_top_p: float = field(default=1.0, metadata={"help": "DPH-RL offline stage: top_p of the sampling."})
+    rehearsal_top_p: float | None = field(
+        default=None,
+        metadata={"help": "DPH-RL offline stage: top_p of the sampling; default 1.0. Given to train: the set's."},
+    )
     rehearsal_sampling_batch_size: int = field(
         default=256, metadata={"help": "DPH-RL offline stage: sequences per generate call."}
     )
     rehearsal_batch_size: int = field(
         default=32, metadata={"help": "DPH-RL: rehearsal samples per optimizer step, over all processes."}
     )
+
+
+DEFAULT_K, DEFAULT_TOP_P = 8, 1.0
+# the offline stage's settings that the stored set records, by the set's name for each: a training recipe that gives
+# one must match the set (``rehearsal_sampling_batch_size`` only batches the sampling)
+OFFLINE_STAGE_KEYS = {"k": "rehearsal_k", "threshold": "rehearsal_threshold", "top_p": "rehearsal_top_p"}
+
+
+def offline_stage(args: Any) -> dict[str, Any]:
+    """The offline stage's settings as the stored set records them (``k``, ``threshold``, ``top_p``), the defaults
+    filled in: k 8, threshold k, top_p 1.0."""
+    k = DEFAULT_K if args.rehearsal_k is None else args.rehearsal_k
+    threshold = k if args.rehearsal_threshold is None else args.rehearsal_threshold
+    top_p = DEFAULT_TOP_P if args.rehearsal_top_p is None else args.rehearsal_top_p
+    return {"k": k, "threshold": threshold, "top_p": top_p}
+
+
+def given_offline_stage(args: Any) -> dict[str, tuple[str, Any]]:
+    """The offline-stage settings ``args`` gives (not None), as ``{set's name: (recipe key, value)}``: what a training
+    run's stored rehearsal set must match."""
+    given = {name: (key, getattr(args, key)) for name, key in OFFLINE_STAGE_KEYS.items()}
+    return {name: pair for name, pair in given.items() if pair[1] is not None}
 
 
 def _completion_columns(offsets: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -100,11 +133,11 @@ class Rehearsal(GRPOPlugin):
             return
         DIVERGENCES.get(args.rehearsal_divergence)
         check_divergence_params(args.rehearsal_divergence, **args.divergence_params(args.rehearsal_divergence))
-        threshold = args.rehearsal_threshold
-        if threshold is not None and threshold > args.rehearsal_k:
+        stage = offline_stage(args)
+        if stage["threshold"] > stage["k"]:
             raise ConfigError(
-                f"rehearsal_threshold={threshold} exceeds rehearsal_k={args.rehearsal_k}; need rehearsal_threshold <= "
-                "rehearsal_k (the correct samples, of rehearsal_k, that put a prompt in D_pef)"
+                f"rehearsal_threshold={stage['threshold']} exceeds rehearsal_k={stage['k']}; need rehearsal_threshold "
+                "<= rehearsal_k (the correct samples, of rehearsal_k, that put a prompt in D_pef)"
             )
 
     @classmethod
@@ -117,7 +150,8 @@ class Rehearsal(GRPOPlugin):
 
     @classmethod
     def check_inputs(cls, script: Any, training: Any, model: Any) -> None:
-        """The rehearsal set exists, is not empty, and comes from this model, tokenizer and temperature."""
+        """The rehearsal set exists, is not empty, and comes from this model, tokenizer and temperature, and from the
+        offline-stage settings the recipe gives (k, threshold, top_p)."""
         from rlvr_div.models import load_tokenizer, resolve_model
         from rlvr_div.rehearsal_set import check_rehearsal
 
@@ -125,7 +159,7 @@ class Rehearsal(GRPOPlugin):
             path = resolve_model(model.model_name_or_path, script.gguf_file)
             tokenizer = load_tokenizer(path, script.gguf_file, model.model_revision, training.trust_remote_code)
             check_rehearsal(training.rehearsal_path, model.model_name_or_path, tokenizer,
-                            temperature=training.temperature)  # fmt: skip
+                            temperature=training.temperature, stage=given_offline_stage(training))  # fmt: skip
 
     @classmethod
     def train_dataset(cls, args: Any) -> Any:
@@ -139,7 +173,8 @@ class Rehearsal(GRPOPlugin):
     @classmethod
     def before_init(cls, config: Any, arguments: dict[str, Any]) -> None:
         """The checks ``rlvr-div train`` makes before loading, for Python users: the rehearsal set exists, is not
-        empty, was sampled at this ``temperature`` and with this tokenizer (``processing_class``, when given)."""
+        empty, was sampled at this ``temperature``, with this tokenizer (``processing_class``, when given) and with
+        the offline-stage settings the config gives."""
         from transformers import ProcessorMixin
 
         from rlvr_div.rehearsal_set import check_rehearsal
@@ -147,7 +182,8 @@ class Rehearsal(GRPOPlugin):
         tokenizer = arguments.get("processing_class")
         if isinstance(tokenizer, ProcessorMixin):
             tokenizer = tokenizer.tokenizer
-        check_rehearsal(config.rehearsal_path, tokenizer=tokenizer, temperature=config.temperature)
+        check_rehearsal(config.rehearsal_path, tokenizer=tokenizer, temperature=config.temperature,
+                        stage=given_offline_stage(config))  # fmt: skip
 
     # -- the micro-step's shard: set before TRL's loss, folded into its forward, scored after it
     def before_loss(self, model: Any, inputs: dict[str, Any]) -> None:
