@@ -241,3 +241,15 @@ def test_two_process_cpu_launch(tmp_path, tiny_path):
     assert processes_of(out) == 2
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert steps == [1, 2, 3]
+
+
+@pytest.mark.parametrize("recipe", ["forward_kl", "alpha_dpg"])
+def test_train_help_lists_every_key_of_the_recipes_trainer(recipe, capsys, no_model_loads):
+    """``rlvr-div train --config RECIPE --help`` prints the trainer's keys, the plug-ins' included (argparse
+    %-formats each help text: a bare '%' in one broke the whole listing)."""
+    from rlvr_div.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--config", str(Path(RECIPE).parent / f"{recipe}.yaml"), "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code in (0, None) and "--simko_tau" in out and "--rehearsal_k" in out, out[-2000:]

@@ -132,7 +132,7 @@ class SimKOArgs:
         default=0.8,
         metadata={
             "help": "SimKO: τ in [0, 1), a token is high-entropy when its entropy is above its completion's "
-            "τ-quantile; 0.8 in the authors' runs (about the top 20% of each completion's tokens); at 1 no token "
+            "τ-quantile; 0.8 in the authors' runs (about the top fifth of each completion's tokens); at 1 no token "
             "is above the quantile.",
         },
     )
