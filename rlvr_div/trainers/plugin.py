@@ -242,6 +242,13 @@ def kl_penalties(args: Any) -> list[str]:
     return [d for cls in plugin_classes() if cls.kl_penalty for d in cls.divergences(args)]
 
 
+def kl_penalty_coef(args: Any) -> float:
+    """The coefficient of the run's KL penalty in the policy loss as configured (the largest ``reference_coef`` of
+    the plug-ins that declare ``kl_penalty``; 0 without one): where a controller of that penalty starts (the validity
+    target), without reading another plug-in's keys."""
+    return max((cls.reference_coef(args) for cls in plugin_classes() if cls.kl_penalty), default=0.0)
+
+
 def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
     """One-line ConfigError when an active plug-in that replaces GRPO's loss (``replaces_loss``) runs beside another
     that acts on the loss or the advantages through a :data:`LOSS_HOOKS` hook, or when two active plug-ins both

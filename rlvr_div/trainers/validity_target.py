@@ -19,7 +19,7 @@ from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, kl_penalty_coef
 
 BETA_SCHEDULES = ("constant", "validity_target")
 CONTROLLER_STATE = "validity_controller.json"
@@ -61,7 +61,7 @@ class ValidityTargetArgs:
 
     def make_controller(self) -> ValidityTargetController:
         return ValidityTargetController(
-            init_beta=self.divergence_coef,
+            init_beta=kl_penalty_coef(self),
             target_validity=self.target_validity,
             horizon=self.validity_horizon,
             gain=self.controller_gain,
