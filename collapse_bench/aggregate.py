@@ -14,14 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from collapse_bench.classes import base_by_class, class_table, held_out_path, lost_versus_baseline, primary_comparison
-from collapse_bench.measure import MIN_PROBLEMS, crossover_k, has_classes, path_value_at, trajectory_point
+from collapse_bench.measure import MIN_PROBLEMS, PER_PROMPT, crossover_k, has_classes, path_value_at, trajectory_point
 from collapse_bench.per_prompt import by_difficulty, versus_base
 from collapse_bench.runs import result_of, select
 from collapse_bench.spec import Benchmark, Run, grid_runs
 from collapse_bench.stats import holm_paired, mean_ci, paired_difference
 
+
+def multi_answer(entry: dict[str, Any], split: str) -> bool:
+    """Whether the task has more than one valid answer per prompt (the p* diversity columns mean something)."""
+    base = entry["base"].get(split) or {}
+    return (base.get("effective_answers") or 1.0) > 1.0001
+
+
 # (name in the tables, how to read it from one split's mean metrics); kmax is the largest k
-SCALARS = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answers", "n90", "cov90", "top_share")
 PAIRED = ("mu", "pass_at_kmax", "cov_at_kmax", "distinct_at_kmax", "effective_answers", "kl_pstar", "lost_at_kmax")
 MATCHED = ("effective_answers", "cov_at_kmax", "kl_pstar")  # compared at matched validity
 SHIFTED = ("shifted_pass_kmax", "shifted_mass")  # the shifted verifier at matched validity, where measured
@@ -85,7 +91,7 @@ def flat_metrics(split: dict[str, Any], ks: list[int]) -> dict[str, float | None
     the shifted verifier's mass and pass/lost/gained at k where measured (``shifted_*``), and the *_kmax aliases for
     the largest k."""
     m = split["mean"]
-    out: dict[str, float | None] = {k: m.get(k) for k in SCALARS}
+    out: dict[str, float | None] = {k: m.get(k) for k in PER_PROMPT}
     for name in ("pass_at", "cov_at", "distinct_at", "lost_at", "gained_at"):
         for k in ks:
             out[f"{name}_{k}"] = (m.get(name) or {}).get(str(k))
@@ -222,8 +228,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             flats, results = data.pop("_flats", None), data.get("_results")
             if flats is None or name == bench.baseline or not baseline_flat:
                 continue
-            many_answers = (entry["base"].get("train") or {}).get("effective_answers") or 1.0
-            if any(r.get("trajectory") for r in baseline_results.values()) and many_answers > 1.0001:
+            if any(r.get("trajectory") for r in baseline_results.values()) and multi_answer(entry, "train"):
                 # (with one valid answer per prompt every diversity number is the same for every policy)
                 data["matched_validity"] = matched_validity(results, baseline_results, ks[-1])
                 data["levels"] = matched_levels(

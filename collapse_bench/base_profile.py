@@ -76,12 +76,10 @@ def model_path(model: str, gguf_file: str | None = None) -> str:
     """The directory ``from_pretrained`` loads for ``model``: a built-in tiny base's name, a path or hub id, or
     ``package:NAME`` (the installed Python package NAME's directory, where a GGUF model ships), with ``gguf_file`` the
     GGUF file in it (dequantised once, cached)."""
+    from rlvr_div.gguf_packages import package_reference
     from rlvr_div.models import checkpoint_path, resolve_model
 
-    if model.startswith("package:"):
-        from rlvr_div.gguf_packages import package_dir
-
-        model = str(package_dir(model.removeprefix("package:")))
+    model = package_reference(model)
     return checkpoint_path(model, gguf_file) if gguf_file else resolve_model(model)
 
 

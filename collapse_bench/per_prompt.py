@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from collapse_bench.measure import MIN_PROBLEMS, path_value_at
-from collapse_bench.stats import mean_ci, t_cdf, t_quantile
+from collapse_bench.stats import mean_ci, t_quantile, t_test_p
 
 # base validity A(x): hard, middle, near-perfect (8 of 8 correct with probability ≥ 0.66 at A ≥ 0.95)
 DIFFICULTY_BINS = ((0.0, 0.5), (0.5, 0.95), (0.95, 1.0))
@@ -166,10 +166,6 @@ def matched_with_prompts(
     se_prompts = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
     se = float(np.hypot(se_seeds, se_prompts))
     half = t_quantile(0.5 + confidence / 2.0, n - 1) * se
-    if se > 0:
-        p = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
-    else:
-        p = 0.0 if mean != 0 else 1.0
     out |= {"lo": mean - half, "hi": mean + half, "half": half, "se_seeds": se_seeds, "se_prompts": se_prompts,
-            "p": p}  # fmt: skip
+            "p": t_test_p(mean, se, n - 1)}  # fmt: skip
     return out

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.aggregate import multi_answer
 from collapse_bench.class_report import class_lines, primary_lines, write_class_plots
 from collapse_bench.comparison_tables import (
     difficulty_table,
@@ -23,12 +24,6 @@ from collapse_bench.markdown import table as _table
 from collapse_bench.plotting import beta_sweep_figure, error_bar, pyplot, save
 from collapse_bench.stats import paired_difference
 from rlvr_div.calibration import mean_validity_at
-
-
-def multi_answer(entry: dict[str, Any], split: str) -> bool:
-    """Whether the task has more than one valid answer per prompt (the p* diversity columns mean something)."""
-    base = entry["base"].get(split) or {}
-    return (base.get("effective_answers") or 1.0) > 1.0001
 
 
 def _crossover(ci: dict[str, Any], seeds: int) -> str:
@@ -268,6 +263,11 @@ def inert_lines(entry: dict[str, Any]) -> list[str]:
     return ["", *lines] if lines else []
 
 
+def _section(table: list[str], *paragraphs: str) -> list[str]:
+    """A report section: each paragraph, then the table, blank lines between; nothing without a table."""
+    return [line for text in paragraphs for line in ("", text)] + ["", *table] if table else []
+
+
 def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[str, Any] | None,
                  base_mu: list[float] | None, failures: list[str]) -> Path:  # fmt: skip
     kmax = agg["ks"][-1]
@@ -287,10 +287,9 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                       "test) × paired metric of collapse.json, a superset of these tables, so the correction is "
                       "conservative):", ""]  # fmt: skip
             lines += paired_table(entry, sp, kmax)
-            matched = matched_table(entry, kmax) if sp == "train" else []
-            if matched:
-                lines += [
-                    "",
+            if sp == "train":
+                lines += _section(
+                    matched_table(entry, kmax),
                     "At matched validity: each method's end point against the baseline's own training path "
                     "(measured exactly every few steps) where it had the same validity on the training prompts, "
                     "as if the baseline had been stopped there; paired by seed (** = the 95% interval excludes "
@@ -298,69 +297,46 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
                     f"{entry.get('holm_family_matched', 0)} matched-validity comparisons, this table's and the next "
                     "one's effective answers and KL; a seed whose baseline never had the method's validity is not "
                     "compared):",
-                    "",
-                ]
-                lines += matched
-            levels = levels_table(entry) if sp == "train" else []
-            if levels:
-                lines += [
-                    "",
+                )
+                lines += _section(
+                    levels_table(entry),
                     "At fixed validities along both training paths (no end point chosen): each method's "
                     "path and the baseline's path read at the same validity μ of the training prompts, paired "
                     "by seed; a seed counts where both paths reach μ (** = the 95% interval excludes 0; † = "
                     "it survives Holm's correction over the matched-validity family):",
-                    "",
-                ]
-                lines += levels  # fmt: skip
+                )
         shifted = shifted_table(entry, split, agg["ks"])
         if shifted:
-            lines += [
-                "",
+            lines += _section(
+                shifted,
                 f"### Under a shifted verifier ({split} split)",
-                "",
                 "A held-out verifier that accepts only S(x), the valid answers outside the base's 3 likeliest for "
                 "that prompt, a check training never asked for: π(S) = the policy's mass on S, pass@k = 1 − (1 − "
                 "π(S|x))^k exactly per prompt, lost@k against the base under the same verifier; mean ± 95% "
                 "t-interval over seeds:",
-                "",
-                *shifted,
-            ]
-            at_levels = shifted_levels_table(entry, kmax)
-            if at_levels:
-                lines += [
-                    "",
-                    "The same verifier at fixed validities along both training paths (training prompts), each "
-                    "method minus the baseline, paired by seed (** = the 95% interval excludes 0; † = Δ pass@k "
-                    f"survives Holm's correction over its family of {entry.get('holm_family_shifted', 0)}):",
-                    "",
-                    *at_levels,
-                ]
-        versus = versus_base_table(entry, split, agg["ks"])
-        if versus:
-            lines += [
-                "",
-                f"### Against the untrained base at every k ({split} split)",
-                "",
-                "Δ pass@k = mean over seeds and prompts of pass@k(method) − pass@k(base), exact per prompt; "
-                "the 95% interval is the wider of a bootstrap that resamples seeds and prompts (the prompt "
-                "sampling of the split) and the t-interval over the seeds' means (** = it excludes 0 and |Δ| is at "
-                "least half a problem; '≈ 0' = 0 at display precision; a negative Δ is the base ahead):",
-                "",
-            ]
-            lines += versus  # fmt: skip
+            )
+            lines += _section(
+                shifted_levels_table(entry, kmax),
+                "The same verifier at fixed validities along both training paths (training prompts), each "
+                "method minus the baseline, paired by seed (** = the 95% interval excludes 0; † = Δ pass@k "
+                f"survives Holm's correction over its family of {entry.get('holm_family_shifted', 0)}):",
+            )
+        lines += _section(
+            versus_base_table(entry, split, agg["ks"]),
+            f"### Against the untrained base at every k ({split} split)",
+            "Δ pass@k = mean over seeds and prompts of pass@k(method) − pass@k(base), exact per prompt; "
+            "the 95% interval is the wider of a bootstrap that resamples seeds and prompts (the prompt "
+            "sampling of the split) and the t-interval over the seeds' means (** = it excludes 0 and |Δ| is at "
+            "least half a problem; '≈ 0' = 0 at display precision; a negative Δ is the base ahead):",
+        )
         for sp in dict.fromkeys(("train", split)):
-            table = difficulty_table(entry, sp)
-            if table:
-                lines += [
-                    "",
-                    f"### Validity by the base's difficulty ({sp} split)",
-                    "",
-                    "Mean exact validity over the prompts whose base validity A(x) falls in each bin (the "
-                    "last bin holds the prompts the base nearly always solves: DPH-RL's near-perfect prompts "
-                    "on the training split), mean ± 95% t-interval over seeds:",
-                    "",
-                ]
-                lines += table  # fmt: skip
+            lines += _section(
+                difficulty_table(entry, sp),
+                f"### Validity by the base's difficulty ({sp} split)",
+                "Mean exact validity over the prompts whose base validity A(x) falls in each bin (the "
+                "last bin holds the prompts the base nearly always solves: DPH-RL's near-perfect prompts "
+                "on the training split), mean ± 95% t-interval over seeds:",
+            )
         classes = class_lines(entry, split, kmax)
         if classes:
             lines += ["", *primary_lines(entry), "", *classes]

@@ -94,10 +94,15 @@ def paired_p_value(diff: Mapping[str, Any]) -> float | None:
     n, mean, sd = diff.get("n", 0), diff.get("mean"), diff.get("sd")
     if n < 2 or mean is None or sd is None:
         return None
-    if sd == 0:
+    return t_test_p(mean, sd / math.sqrt(n), n - 1)
+
+
+def t_test_p(mean: float, se: float, df: int) -> float:
+    """Two-sided p-value of H0: mean 0, from the t statistic |mean|/se with ``df`` degrees of freedom; a zero
+    ``se`` gives 0 (a nonzero mean) or 1."""
+    if se == 0:
         return 0.0 if mean != 0 else 1.0
-    t = abs(mean) / (sd / math.sqrt(n))
-    return 2.0 * (1.0 - t_cdf(t, n - 1))
+    return 2.0 * (1.0 - t_cdf(abs(mean) / se, df))
 
 
 def holm(p_values: Mapping[Any, float | None], alpha: float = 0.05) -> dict[Any, bool]:

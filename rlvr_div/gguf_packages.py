@@ -41,6 +41,12 @@ def package_dir(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def package_reference(model: str) -> str:
+    """``model`` as ``from_pretrained`` and ``rlvr-div train`` take it: ``package:NAME`` becomes the installed package
+    NAME's directory (where its GGUF file ships, :func:`package_dir`), anything else is returned unchanged."""
+    return str(package_dir(model.removeprefix(PACKAGE))) if model.startswith(PACKAGE) else model
+
+
 def package_gguf(name: str, gguf_file: str | None = None) -> Path:
     """The GGUF file of the installed package ``name``: ``gguf_file`` (or the only ``.gguf`` file) in its directory,
     else the file that the package's ``assemble()`` writes and returns (once per process, under a machine-wide file
