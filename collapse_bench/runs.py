@@ -63,10 +63,6 @@ def result_of(out: Path, bench: Benchmark, run: Run) -> dict[str, Any] | None:
     return read_result(out, run.key, run_identity(bench, run))
 
 
-def _rehearsal(out: Path, run: Run) -> Path:
-    return out / "rehearsal" / run.task
-
-
 # --------------------------------------------------------------------------------------------- stages
 
 
@@ -140,7 +136,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     directory.mkdir(parents=True)
     t0 = time.perf_counter()
     identity = run_identity(bench, run)
-    argv = run_argv(bench, run, directory, _rehearsal(root, run))
+    argv = run_argv(bench, run, directory, root / "rehearsal" / run.task)
     task = bench.task(run.task)
     temperature = float(bench.common.get("temperature", 1.0))
     trajectory: list[dict[str, Any]] = []
