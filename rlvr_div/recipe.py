@@ -163,9 +163,10 @@ def recipe_from_resolved(resolved: dict[str, Any]) -> dict[str, Any]:
     for key in _DERIVED_KEYS:
         if flat.get("steps_per_generation") is not None:
             flat.pop(key, None)
-    # the divergence trainer derives TRL's beta from its plug-ins (their reference switch, e.g. a sequence-level KL's
-    # coefficient) and keeps the user's coefficient in divergence_coef: read back, the two would disagree
-    if "divergence_coef" in flat:
+    # the project's GRPO trainers (their config has validity_reward_index) derive TRL's beta from the plug-ins (their
+    # reference switch, e.g. a sequence-level KL's coefficient) and keep the user's coefficient in the plug-in's key:
+    # read back, the two would disagree
+    if "validity_reward_index" in flat:
         flat.pop("beta", None)
     # train.py fills model_init_kwargs from the model keys: keep only what was given beyond them, so that a
     # command-line --dtype (or --model_revision, ...) still applies to the resolved recipe

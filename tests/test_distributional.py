@@ -257,7 +257,7 @@ def test_dpg_is_a_plug_in_of_the_grpo_trainer(tmp_path):
         DPGConfig(**common, dpg=False)  # e.g. a divergence run's resolved recipe switched to --trainer dpg
     with pytest.raises(ConfigError, match=r"^dpg must be true or false, got 'false'$"):
         DivergenceGRPOConfig(**common, dpg="false")
-    with pytest.raises(ConfigError, match=r"^divergence='js' does not act with trainer 'dpg'"):
+    with pytest.raises(ConfigError, match=r"^divergence='js' does not act with trainer: dpg \(it replaces"):
         DPGConfig(**common, divergence="js")
 
 

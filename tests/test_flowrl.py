@@ -376,7 +376,10 @@ def test_sharded_runs_and_vllm_correction_are_refused(tmp_path, monkeypatch):
         (["--delta", "2.0"], "delta would not act: leave delta unset (got 2.0)"),
         (["--importance_sampling_level", "sequence"], "leave it token (got 'sequence')"),
         (["--off_policy_mask_threshold", "0.5"], "off_policy_mask_threshold would not act: leave it unset (got 0.5)"),
-        (["--divergence", "reverse_kl", "--divergence_coef", "0.04"], "flowrl and divergence both act on the loss"),
+        (
+            ["--divergence", "reverse_kl", "--divergence_coef", "0.04"],
+            "divergence='reverse_kl' does not act with flowrl: true (it replaces",
+        ),
         (["--reward_shaping", "ucpo"], "flowrl and ucpo both act on the advantages"),
         (
             ["--covariance_penalty", "clip_cov", "--clip_cov_ratio", "0.05"],

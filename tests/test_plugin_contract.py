@@ -157,6 +157,9 @@ def test_every_key_of_every_plug_in_is_declared_to_act_only_when_it_can():
         ({"divergence": "js", "divergence_coef": 0.1, "dph_alpha": 0.3}, "dph_alpha=0.3 parametrises the 'alpha'"),
         ({"divergence_gradient": "plain"}, "divergence_gradient='plain' acts only with a divergence term"),
         ({"dpg": True, "dpg_divergence": "js", "dpg_alpha": 0.5}, "dpg_alpha=0.5 acts only with dpg_divergence: alpha"),
+        # a key that adds to GRPO's loss is refused beside a plug-in that replaces that loss, even with coefficient 0
+        ({"dpg": True, "divergence": "js"}, r"^divergence='js' does not act with trainer: dpg \(it replaces GRPO's"),
+        ({"flowrl": True, "divergence": "forward_kl"}, "^divergence='forward_kl' does not act with flowrl: true"),
         # a bad name or coefficient is named as such before any key it would leave idle
         ({"divergence": "jss", "divergence_coef": 0.1, "js_scale": 2.0}, "unknown divergence 'jss'"),
         ({"divergence": "js", "beta": -0.1, "js_scale": 2.0}, "beta must be a finite number >= 0"),
@@ -217,3 +220,104 @@ def test_two_plug_ins_that_own_one_hook_are_refused(monkeypatch):
         plugin.check_loss_owners([_Forward, _OtherForward])
     with pytest.raises(ConfigError, match="^advantages_a and advantages_b both set the advantages; use one$"):
         plugin.check_loss_owners([_Advantages, type("_B", (_Advantages,), {"name": "advantages_b"})])
+
+
+def test_penalties_and_loss_replacers_are_read_through_declared_interfaces(tmp_path, monkeypatch):
+    """SimKO refuses a penalty on the per-token log-probabilities that any plug-in declares (its
+    ``log_prob_penalties``), and the divergence term a loss replacer that any plug-in declares (``replaces_loss``):
+    a new plug-in declaring one is refused by them without their code naming it."""
+    import rlvr_div.trainers.plugin as plugin
+
+    config = trainer_config(
+        DivergenceGRPOConfig, tmp_path, covariance_penalty="kl_cov", kl_cov_ratio=0.02, num_iterations=2
+    )
+    assert plugin.log_prob_penalties(config) == ["covariance_penalty: kl_cov"] and plugin.loss_replacers(config) == []
+    config = trainer_config(DivergenceGRPOConfig, tmp_path, divergence="js", divergence_coef=0.1)
+    assert plugin.log_prob_penalties(config) == ["divergence: js (coefficient > 0)"]
+    assert plugin.loss_replacers(trainer_config(DivergenceGRPOConfig, tmp_path, dpg=True)) == ["trainer: dpg"]
+
+    class _Penalty(_Toy):
+        name = "toy_penalty"
+
+        @classmethod
+        def log_prob_penalties(cls, args):
+            return ("toy: true",) if args.toy else ()
+
+    class _Replacer(_Toy):
+        name = "toy_replacer"
+        replaces_loss = True
+
+    args = SimpleNamespace(simko=True, simko_alpha=0.01, simko_lambda=1.1, toy=True)
+    monkeypatch.setattr(plugin, "plugin_classes", lambda: [_Penalty])
+    from rlvr_div.trainers.simko import check_simko
+
+    with pytest.raises(ConfigError, match="^simko does not combine with toy: true, a penalty on the per-token log-"):
+        check_simko(args)
+    monkeypatch.setattr(plugin, "plugin_classes", lambda: [_Replacer])
+    from rlvr_div.trainers.divergence_term import DivergenceTerm
+
+    with pytest.raises(ConfigError, match="^divergence='js' does not act with toy: true"):
+        DivergenceTerm.prepare(SimpleNamespace(divergence="js", toy=True))
+
+
+# modules outside the plug-ins that name a plug-in key by design, each with its reason
+_NAMES_PLUGIN_KEYS = {
+    "rlvr_div.divergences": "the divergences' own parameter checks, shared by the divergence and rehearsal terms",
+    "rlvr_div.rehearsal": "DPH-RL's offline stage, its own command (rlvr-div rehearse)",
+    "rlvr_div.trainers.__init__": "the trainer names 'divergence' and 'dpg', not keys",
+    "rlvr_div.trainers.dpg_trainer": "trainer: dpg is the GRPO config with dpg: true",
+    "rlvr_div.beta_controller": "target_validity: the controller's own quantity, which the validity target drives",
+    "rlvr_div.calibration": "target_validity: the calibration command's option of that name",
+    "rlvr_div.calibration_report": "target_validity: the calibration command's option of that name",
+}
+
+
+def _named_strings_and_attributes(path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            yield node.attr, node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value, node.lineno
+
+
+def test_no_module_names_another_plug_in_s_keys():
+    """A plug-in key (one TRL's GRPOConfig does not have) is read or named only in its plug-in's module, or in the
+    module of a plug-in that subclasses it (every shaping reads ``reward_shaping``), or in a module listed above with
+    its reason: a new cross-plug-in read, or a method key in recipe or preflight code, fails here."""
+    import inspect
+    from pathlib import Path
+
+    from trl import GRPOConfig
+
+    trl_keys = {f.name for f in dataclasses.fields(GRPOConfig)}
+    allowed: dict[str, set[str]] = {}  # module -> the keys its plug-ins own or inherit
+    owners: dict[str, set[str]] = {}  # key -> the modules of the plug-ins that own it
+    for cls in plugin_classes():
+        module = inspect.getmodule(cls).__name__
+        for base in cls.__mro__:
+            if isinstance(base, type) and issubclass(base, GRPOPlugin) and base.Args is not None:
+                keys = {f.name for f in dataclasses.fields(base.Args)} - trl_keys
+                allowed.setdefault(module, set()).update(keys)
+                if base is cls:
+                    for key in keys:
+                        owners.setdefault(key, set()).add(module)
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "rlvr_div").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        if module in _NAMES_PLUGIN_KEYS:
+            continue
+        for name, line in _named_strings_and_attributes(path):
+            if name in owners and name not in allowed.get(module, set()):
+                found.append(f"{module}:{line} {name}")
+    assert not found, found
+    assert set(_NAMES_PLUGIN_KEYS) <= {".".join(p.relative_to(root).with_suffix("").parts)
+                                       for p in (root / "rlvr_div").rglob("*.py")}  # fmt: skip
+
+
+def test_the_key_scan_sees_a_cross_plug_in_read(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("def f(args):\n    return args.covariance_penalty == 'kl_cov'\n")
+    assert ("covariance_penalty", 2) in list(_named_strings_and_attributes(path))

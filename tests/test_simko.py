@@ -235,7 +235,10 @@ def test_top_k_larger_than_the_vocabulary_fails_in_one_line(tmp_path, tiny_path)
         (["--simko_lambda", "0.9"], "simko_lambda must be a finite number >= 1, got 0.9"),
         (["--simko_alpha", "0", "--simko_lambda", "1"], "SimKO would be plain GRPO"),
         (["--simko", "false", "--simko_alpha", "0.5"], "simko_alpha=0.5 acts only with simko: true"),
-        (["--divergence", "reverse_kl", "--divergence_coef", "0.04"], "simko does not combine with a divergence term"),
+        (
+            ["--divergence", "reverse_kl", "--divergence_coef", "0.04"],
+            "simko does not combine with divergence: reverse_kl (coefficient > 0), a penalty",
+        ),
         (
             ["--covariance_penalty", "kl_cov", "--kl_cov_ratio", "0.02", "--num_iterations", "2"],
             "does not combine with covariance_penalty: kl_cov",

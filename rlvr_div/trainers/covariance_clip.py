@@ -255,6 +255,10 @@ class CovariancePlugin(GRPOPlugin):
     def active(cls, args: Any) -> bool:
         return args.covariance_penalty != "none"
 
+    @classmethod
+    def log_prob_penalties(cls, args: Any) -> tuple[str, ...]:
+        return ("covariance_penalty: kl_cov",) if args.covariance_penalty == "kl_cov" else ()
+
     def on_logps(self, logps: torch.Tensor) -> None:  # the tokens are selected from the loss forward's log-probs
         self.penalty.on_loss_logps(logps)
 

@@ -82,8 +82,6 @@ class DifferentialSmoothingArgs:
 def check_differential_smoothing(args: Any) -> None:
     """One-line ConfigError for ``ds_gamma_p`` and ``ds_gamma_n`` both 0 (their ranges, and "acts only with
     reward_shaping: differential_smoothing", are declared in :class:`DifferentialSmoothing`)."""
-    if args.reward_shaping != "differential_smoothing":
-        return
     if args.ds_gamma_p == 0 and args.ds_gamma_n == 0:
         raise ConfigError("ds_gamma_p and ds_gamma_n are both 0: differential smoothing would be plain GRPO")
 
@@ -97,7 +95,8 @@ class DifferentialSmoothing(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_differential_smoothing(args)
+        if cls.active(args):
+            check_differential_smoothing(args)
 
     def advantages(self, out: dict[str, Any]) -> torch.Tensor | None:
         trainer = self.trainer

@@ -280,9 +280,6 @@ class DPG(GRPOPlugin):
             raise ConfigError(f"dpg must be true or false, got {args.dpg!r}")
         if not args.dpg:
             return
-        if args.divergence != "none":  # the divergence term's own keys; its coefficient is refused below (beta)
-            raise ConfigError(f"divergence={args.divergence!r} does not act with trainer 'dpg' (its loss has no "
-                              "divergence term); remove it")  # fmt: skip
         check_dpg(args.dpg_divergence, args.dpg_alpha, args.dpg_clip, args.dpg_z_floor)
         if args.dpg_divergence != "alpha" and args.dpg_alpha != DPGArgs.dpg_alpha:
             raise ConfigError(f"dpg_alpha={args.dpg_alpha} acts only with dpg_divergence: alpha, not "

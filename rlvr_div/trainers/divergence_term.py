@@ -33,7 +33,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, completion_mask, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, loss_replacers
 
 GRADIENT_FORMS = ("ratio", "plain")
 
@@ -130,6 +130,10 @@ class DivergenceTerm(GRPOPlugin):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
+        replacers = loss_replacers(args)
+        if args.divergence != "none" and replacers:  # with a coefficient > 0 check_loss_owners would refuse it too
+            raise ConfigError(f"divergence={args.divergence!r} does not act with {replacers[0]} (it replaces GRPO's "
+                              "policy loss, to which the divergence term adds); remove it")  # fmt: skip
         resolve_coefficient(args)
         implied = "ratio" if args.use_bias_correction_kl else "plain"  # what use_bias_correction_kl alone selects
         if not args.divergence_active and args.divergence_gradient not in (None, implied):
@@ -149,6 +153,10 @@ class DivergenceTerm(GRPOPlugin):
     @classmethod
     def divergences(cls, args: Any) -> tuple[str, ...]:
         return (args.divergence,) if args.divergence_active else ()
+
+    @classmethod
+    def log_prob_penalties(cls, args: Any) -> tuple[str, ...]:
+        return (f"divergence: {args.divergence} (coefficient > 0)",) if args.divergence_active else ()
 
     @classmethod
     def reference_coef(cls, args: Any) -> float:

@@ -67,7 +67,7 @@ class Mara(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        if args.reward_shaping != "mara":
+        if not cls.active(args):
             return
         penalties = kl_penalties(args)
         if not penalties:

@@ -173,8 +173,6 @@ class OutcomeExplorationArgs:
 def check_outcome_exploration(args: Any) -> None:
     """One-line ConfigError for both ``outcome_*`` coefficients 0 (their ranges, and "acts only with reward_shaping:
     outcome_exploration", are declared in :class:`OutcomeExploration`)."""
-    if args.reward_shaping != "outcome_exploration":
-        return
     if args.outcome_bonus_coef == 0 and args.outcome_penalty_coef == 0:
         raise ConfigError("outcome_bonus_coef and outcome_penalty_coef are both 0: outcome exploration would be inert")
 
@@ -192,7 +190,8 @@ class OutcomeExploration(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_outcome_exploration(args)
+        if cls.active(args):
+            check_outcome_exploration(args)
 
     def on_rewards(self, rewards_per_func: torch.Tensor, prompts: list[Any], completions: list[Any],
                    valid: torch.Tensor, stats: dict[str, float]) -> None:  # fmt: skip

@@ -90,8 +90,6 @@ def check_passk_training(args: object) -> None:
     """One-line ConfigError for a ``passk_k`` the group cannot hold (the range of ``passk_k``, "acts only with
     reward_shaping: passk_training" and the refusal of TRL's ``scale_rewards``, which would not act on advantages
     already normalised, are declared in :class:`PassKTraining`)."""
-    if args.reward_shaping != "passk_training":
-        return
     k = args.passk_k
     n = getattr(args, "num_generations", None)
     if n is not None and k > n:
@@ -111,7 +109,8 @@ class PassKTraining(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_passk_training(args)
+        if cls.active(args):
+            check_passk_training(args)
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         return passk_training_advantages(rewards == 1.0, group, self.trainer.args.passk_k, scored=~torch.isnan(rewards))

@@ -78,7 +78,7 @@ class PKPO(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        if args.reward_shaping != "pkpo":
+        if not cls.active(args):
             return
         k, n = args.pkpo_k, args.num_generations
         if n is not None and k > int(n):

@@ -12,6 +12,9 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   plug-in has prepared the config (:func:`check_parameters`);
 - ``kl_penalty``: its ``divergences`` are the run's penalty to the reference in the policy loss, which other
   plug-ins ask for or refuse through :func:`kl_penalties`, never by reading its keys;
+- ``log_prob_penalties(args)``: the penalties on the per-token log-probabilities it adds to the policy loss (the
+  divergence term's KL, KL-Cov's), which a plug-in that reshapes that gradient refuses through
+  :func:`log_prob_penalties` (SimKO);
 - ``unscaled``: its advantages are used as they are, so TRL's ``scale_rewards`` would not act: while it is active any
   value but ``none`` is refused. The contract its Args and these declare is enforced by
   :meth:`GRPOPlugin.check_declared` before its ``prepare``;
@@ -31,7 +34,8 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 - ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs);
 - ``replaces_loss``: True when its ``wrap_loss`` replaces GRPO's policy loss rather than wrapping it (α-DPG,
   FlowRL): another active plug-in that acts on the loss or the advantages (:data:`LOSS_HOOKS`) would not act, and is
-  refused (:func:`check_loss_owners`).
+  refused (:func:`check_loss_owners`), and a plug-in whose keys add to that loss refuses them even where they would add
+  nothing, through :func:`loss_replacers` (``divergence: js`` under ``trainer: dpg``).
 
 Its module assigns ``PLUGINS`` (its plug-in classes) and ``ORDER`` (an integer: the plug-ins' checks, hooks and loss
 terms run in ``ORDER``); :func:`plugin_modules` finds every such module of the package, so nothing else registers it.
@@ -122,6 +126,14 @@ class GRPOPlugin:
         ``args`` configure, with the parameters ``args.divergence_params(name)``; read once this plug-in has
         prepared the config (by :func:`check_parameters` after every ``prepare``, by :func:`kl_penalties` from the
         ``prepare`` of plug-ins later in ORDER)."""
+        return ()
+
+    @classmethod
+    def log_prob_penalties(cls, args: Any) -> tuple[str, ...]:
+        """The penalties on the policy's per-token log-probabilities that this plug-in adds to the policy loss in the
+        run ``args`` configure, each named as the recipe selects it (``"covariance_penalty: kl_cov"``); read once
+        this plug-in has prepared the config, through :func:`log_prob_penalties` (a plug-in that reshapes the
+        per-token gradient refuses them: SimKO)."""
         return ()
 
     @classmethod
@@ -238,8 +250,21 @@ def check_parameters(args: Any) -> None:
 def kl_penalties(args: Any) -> list[str]:
     """The divergences to the reference that the run configured by ``args`` penalises in its policy loss (those of
     the plug-ins that declare ``kl_penalty``): the interface through which a plug-in asks for a KL penalty (MARA,
-    ProRL, the validity target) or refuses one (the sequence-level KL, SimKO) without reading another's keys."""
+    ProRL, the validity target) or refuses one (the sequence-level KL) without reading another's keys."""
     return [d for cls in plugin_classes() if cls.kl_penalty for d in cls.divergences(args)]
+
+
+def log_prob_penalties(args: Any) -> list[str]:
+    """Every plug-in's :meth:`GRPOPlugin.log_prob_penalties` in the run configured by ``args``: the interface through
+    which a plug-in refuses a penalty on the per-token log-probabilities without reading another's keys."""
+    return [p for cls in plugin_classes() for p in cls.log_prob_penalties(args)]
+
+
+def loss_replacers(args: Any) -> list[str]:
+    """How the recipe selects each active plug-in that replaces GRPO's policy loss (``replaces_loss``; e.g.
+    ``"trainer: dpg"``): the interface through which a plug-in whose keys add to that loss refuses them, even set
+    where they would add nothing (:func:`check_loss_owners` refuses the active ones)."""
+    return [cls.selected_by or cls.name for cls in plugin_classes() if cls.replaces_loss and cls.active(args)]
 
 
 def kl_penalty_coef(args: Any) -> float:

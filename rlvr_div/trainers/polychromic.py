@@ -161,8 +161,6 @@ def check_polychromic(args: Any) -> None:
     """One-line ConfigError for a bad ``polychromic_diversity`` or a set size the group cannot hold (the range of
     ``polychromic_set_size``, "acts only with reward_shaping: polychromic" and the refusal of TRL's
     ``scale_rewards``, which would not act, are declared in :class:`Polychromic`)."""
-    if args.reward_shaping != "polychromic":
-        return
     n, mode = args.polychromic_set_size, args.polychromic_diversity
     if mode not in DIVERSITY_MODES:
         raise ConfigError(f"polychromic_diversity must be one of {', '.join(DIVERSITY_MODES)}, got {mode!r}")
@@ -190,7 +188,8 @@ class Polychromic(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_polychromic(args)
+        if cls.active(args):
+            check_polychromic(args)
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         args = self.trainer.args

@@ -56,7 +56,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, UNIT, Range
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
+from rlvr_div.trainers.plugin import GRPOPlugin, log_prob_penalties
 
 
 class TokenStats(NamedTuple):
@@ -154,16 +154,9 @@ def check_simko(args: Any) -> None:
     alpha, lam = args.simko_alpha, args.simko_lambda
     if alpha == 0 and lam == 1:
         raise ConfigError("simko_alpha = 0 and simko_lambda = 1: SimKO would be plain GRPO")
-    penalties = kl_penalties(args)
-    if penalties:
-        raise ConfigError(
-            f"simko does not combine with a divergence term (divergence: {penalties[0]}, coefficient > 0): its "
-            "per-token gradient would be redistributed too; the paper trains without one"
-        )
-    if getattr(args, "covariance_penalty", "none") == "kl_cov":
-        raise ConfigError(
-            "simko does not combine with covariance_penalty: kl_cov (its gradient would be redistributed too)"
-        )
+    if penalties := log_prob_penalties(args):
+        raise ConfigError(f"simko does not combine with {penalties[0]}, a penalty on the per-token log-probabilities "
+                          "whose gradient it would redistribute too; the paper trains without one")  # fmt: skip
     if getattr(args, "importance_sampling_level", "token") != "token":
         raise ConfigError(
             f"simko needs importance_sampling_level: token (the per-token ratio it reshapes), got "

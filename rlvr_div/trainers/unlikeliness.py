@@ -63,7 +63,7 @@ class Unlikeliness(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        if args.reward_shaping != "unlikeliness":
+        if not cls.active(args):
             return
         if args.unlikeliness_rank not in UNLIKELINESS_RANKS:
             raise ConfigError(

@@ -51,8 +51,6 @@ class WReinforceArgs:
 def check_w_reinforce(args: Any) -> None:
     """One-line ConfigError for ``psr_weight`` and ``nsr_weight`` both 0 (their ranges, "acts only with
     reward_shaping: w_reinforce" and the refusal of TRL's ``scale_rewards`` are declared in :class:`WReinforce`)."""
-    if args.reward_shaping != "w_reinforce":
-        return
     if args.psr_weight == 0 and args.nsr_weight == 0:
         raise ConfigError("psr_weight and nsr_weight are both 0: every advantage would be 0")
 
@@ -65,7 +63,8 @@ class WReinforce(RewardShaping):
 
     @classmethod
     def prepare(cls, args: Any) -> None:
-        check_w_reinforce(args)
+        if cls.active(args):
+            check_w_reinforce(args)
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         return w_reinforce_advantages(rewards, self.trainer.args.psr_weight, self.trainer.args.nsr_weight)
