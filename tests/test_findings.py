@@ -226,3 +226,46 @@ def test_finding_16_the_80_20_rule_on_routes_is_not_claimed():
     row = entry["primary"]["rows"]["top_entropy_02"]
     assert entry["primary"]["family"] == 1 and not row["claimed"]
     assert [round(row["lo"], 1), round(row["hi"], 1)] == [-70.8, 70.1]
+
+
+def _real_lm(name: str) -> dict:
+    path = RESULTS / "real_lm" / name / "report.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is not committed")
+    return json.loads(path.read_text())
+
+
+def _end_runs(name: str, arm: str) -> list[dict]:
+    return [
+        json.loads(p.read_text())
+        for p in sorted((RESULTS / "real_lm" / name / "runs" / arm).glob("*/seed*/result.json"))
+    ]
+
+
+@pytest.mark.parametrize("name", ["between", "countries", "countries_gemma"])
+def test_finding_15_real_lms_grpo_ends_below_the_base_and_no_declared_test_is_supported(name):
+    """Finding 15 and docs/collapse_details.md "What transfers": stock GRPO ends with fewer effective answers than
+    the base; the declared primary comparison is supported at no level; the shifted verifier's difference at
+    matched validity 0.8 includes 0."""
+    report = _real_lm(name)
+    end = report["arms"]["grpo"]["end"]["train"]["effective_answers"]
+    assert end["hi"] < report["base"]["train"]["effective_answers"]
+    assert not any(level["supported"] for level in report["primary"]["levels"])
+    at_08 = next(m for m in report["matched"]["alpha_dpg"] if m["mu"] == 0.8)["shifted_pass_kmax"]
+    assert at_08["lo"] < 0 < at_08["hi"]
+
+
+@pytest.mark.parametrize("name", ["countries", "countries_gemma"])
+def test_finding_15_on_countries_every_seed_loses_held_out_pass_and_every_pair_is_nearer_p_star(name):
+    """On `countries`, both models: GRPO's held-out pass@64 ends below the base's in every seed, and α-DPG's path is
+    nearer p* than its GRPO partner's at validity 0.7 and 0.8 in every pair."""
+    report = _real_lm(name)
+    base = report["base"]["test"]["pass_at_kmax"]
+    runs = _end_runs(name, "grpo")
+    assert len(runs) >= 3 and all(r["splits"]["test"]["mean"]["pass_at"]["64"] < base for r in runs)
+    grpo, dpg = report["arms"]["grpo"]["paths"], report["arms"]["alpha_dpg"]["paths"]
+    pairs = sorted(set(grpo) & set(dpg))
+    assert len(pairs) >= 2
+    for mu in (0.7, 0.8):
+        diffs = [path_value_at(dpg[s], mu, "kl_pstar") - path_value_at(grpo[s], mu, "kl_pstar") for s in pairs]
+        assert all(d < 0 for d in diffs), (name, mu, diffs)
