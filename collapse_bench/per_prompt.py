@@ -119,16 +119,16 @@ def matched_with_prompts(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> dict[str, Any]:
-    """Method minus baseline in path number ``key`` at validity ``level``, read along both training paths of each
-    seed s (d_s, :func:`path_value_at` on the prompts' means), with an interval that includes prompt sampling.
+    """Method minus baseline in path number ``key`` at validity ``level``, read along both training paths of each seed s
+    (d_s, :func:`path_value_at` on the prompts' means), with an interval that includes prompt sampling.
 
     The prompts are the same for every seed (a crossed design), so the seeds' spread leaves the prompts' out: the
     variance of d̄ = mean_s d_s is taken as sd_s²/n + v_p, where v_p is the variance of d̄ over ``resamples``
     bootstrap draws of the prompts (with replacement, one draw shared by all seeds and both arms, the paths' μ and
-    ``key`` recomputed on the drawn prompts, so the matched point moves with them). Interval d̄ ± t_{n−1}·se, and the
-    two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Seeds whose two paths do not
-    both reach ``level`` are left out (``seeds`` lists those taken); a draw in which a seed's resampled path misses
-    ``level`` leaves that seed out of that draw (``missed_draws`` counts them)."""
+    ``key`` recomputed on the drawn prompts, so the matched point moves with them). Interval d̄ ± t_{n−1}·se, and
+    the two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Seeds whose two paths do
+    not both reach ``level`` are left out (``seeds`` lists those taken, ``differences`` their d_s); a draw in which
+    a seed's resampled path misses ``level`` leaves that seed out of that draw (``missed_draws`` counts them)."""
     seeds, diffs, arrays = [], [], {}
     for s in sorted(set(method_paths) & set(baseline_paths)):
         a, b = _path_arrays(method_paths[s], key), _path_arrays(baseline_paths[s], key)
@@ -138,9 +138,9 @@ def matched_with_prompts(
         if va is not None and vb is not None:
             seeds.append(s)
             diffs.append(va - vb)
-    out: dict[str, Any] = {"level": level, "key": key, "seeds": seeds, "n": len(seeds), "mean": None, "lo": None,
-                           "hi": None, "half": None, "se_seeds": None, "se_prompts": None, "p": None,
-                           "missed_draws": 0}  # fmt: skip
+    out: dict[str, Any] = {"level": level, "key": key, "seeds": seeds, "differences": [float(d) for d in diffs],
+                           "n": len(seeds), "mean": None, "lo": None, "hi": None, "half": None, "se_seeds": None,
+                           "se_prompts": None, "p": None, "missed_draws": 0}  # fmt: skip
     if not seeds:
         return out
     mean = float(np.mean(diffs))

@@ -227,16 +227,17 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
     rows = []
     for lv in entry["levels"]:
         if lv["mean"] is None:
-            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 7 + ["no"])
+            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 8 + ["no"])
             continue
+        pairs = ", ".join(f"{d:+.2f}" for d in lv.get("differences", ()))
         interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
         se_s = "–" if lv["se_seeds"] is None else f"{lv['se_seeds']:.3f}"
         se_p = "–" if lv["se_prompts"] is None else f"{lv['se_prompts']:.3f}"
         pv = "–" if lv["p"] is None else f"{lv['p']:.3g}"
         missed = "–" if lv["lo"] is None else f"{lv['missed_draws']}/{p.resamples * lv['n']}"
-        rows.append([f"{lv['level']:g}", str(lv["n"]), f"{lv['mean']:+.3f}", interval, se_s, se_p, missed, pv,
+        rows.append([f"{lv['level']:g}", str(lv["n"]), f"{lv['mean']:+.3f}", pairs, interval, se_s, se_p, missed, pv,
                      "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
-    head = ["μ", "seeds", "difference", "95% interval", "se (seeds)", "se (prompts)", "missed", "p", "Holm",
+    head = ["μ", "seeds", "difference", "per seed", "95% interval", "se (seeds)", "se (prompts)", "missed", "p", "Holm",
             "supported"]  # fmt: skip
     return [*lines, *table(head, rows)]
 

@@ -446,6 +446,7 @@ def test_matched_validity_with_prompt_sampling():
     out = matched_with_prompts(dpg, grpo, 0.5, "kl_pstar", resamples=200)
     # μ = 0.5 halfway from 0.3 to 0.7: GRPO 1.0, α-DPG 0.5 (1 + 0.2 s)/2... = 0.5 + 0.05 s → d_s = −0.5 + 0.05 s
     assert out["seeds"] == [1, 2, 3] and out["mean"] == pytest.approx(-0.4)
+    assert out["differences"] == pytest.approx([-0.45, -0.40, -0.35])  # d_s per seed, shown in the report
     assert out["se_seeds"] == pytest.approx(0.05 / 3**0.5) and out["se_prompts"] > 0
     assert out["lo"] < out["mean"] < out["hi"] < 0 and 0 < out["p"] < 0.05
     assert out["missed_draws"] == 0
