@@ -260,64 +260,96 @@ def test_penalties_and_loss_replacers_are_read_through_declared_interfaces(tmp_p
         DivergenceTerm.prepare(SimpleNamespace(divergence="js", toy=True))
 
 
-# modules outside the plug-ins that name a plug-in key by design, each with its reason
+# modules outside the plug-ins that name a plug-in's key by design: the keys each may name, and why
 _NAMES_PLUGIN_KEYS = {
-    "rlvr_div.divergences": "the divergences' own parameter checks, shared by the divergence and rehearsal terms",
-    "rlvr_div.rehearsal": "DPH-RL's offline stage, its own command (rlvr-div rehearse)",
-    "rlvr_div.trainers.__init__": "the trainer names 'divergence' and 'dpg', not keys",
-    "rlvr_div.trainers.dpg_trainer": "trainer: dpg is the GRPO config with dpg: true",
-    "rlvr_div.beta_controller": "target_validity: the controller's own quantity, which the validity target drives",
-    "rlvr_div.calibration": "target_validity: the calibration command's option of that name",
-    "rlvr_div.calibration_report": "target_validity: the calibration command's option of that name",
+    "rlvr_div.divergences": (
+        {"divergence", "dph_alpha", "js_scale"},
+        "the divergences' own parameter checks, shared by the divergence and rehearsal terms",
+    ),
+    "rlvr_div.rehearsal": (
+        {"rehearsal_path", "rehearsal_sampling_batch_size"},
+        "DPH-RL's offline stage, its own command (rlvr-div rehearse)",
+    ),
+    "rlvr_div.trainers.__init__": ({"divergence", "dpg"}, "the trainer names 'divergence' and 'dpg', not keys"),
+    "rlvr_div.trainers.dpg_trainer": ({"dpg"}, "trainer: dpg is the GRPO config with dpg: true"),
+    "rlvr_div.beta_controller": (
+        {"target_validity"},
+        "the controller's own quantity, which the validity target drives",
+    ),
+    "rlvr_div.calibration": ({"target_validity"}, "the calibration command's option of that name"),
+    "rlvr_div.calibration_report": ({"target_validity"}, "the calibration command's option of that name"),
 }
 
 
-def _named_strings_and_attributes(path):
+def _names(path):
+    """Every name a module's source uses as an attribute, a keyword argument or a string, with its line."""
     import ast
 
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute):
             yield node.attr, node.lineno
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            yield node.arg, node.value.lineno
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             yield node.value, node.lineno
 
 
-def test_no_module_names_another_plug_in_s_keys():
-    """A plug-in key (one TRL's GRPOConfig does not have) is read or named only in its plug-in's module, or in the
-    module of a plug-in that subclasses it (every shaping reads ``reward_shaping``), or in a module listed above with
-    its reason: a new cross-plug-in read, or a method key in recipe or preflight code, fails here."""
+def _plugin_keys():
+    """(key -> the modules of the plug-ins whose Args hold it, module -> those keys), TRL's GRPOConfig keys left out."""
     import inspect
-    from pathlib import Path
 
     from trl import GRPOConfig
 
     trl_keys = {f.name for f in dataclasses.fields(GRPOConfig)}
-    allowed: dict[str, set[str]] = {}  # module -> the keys its plug-ins own or inherit
-    owners: dict[str, set[str]] = {}  # key -> the modules of the plug-ins that own it
+    owners: dict[str, set[str]] = {}
+    own: dict[str, set[str]] = {}
     for cls in plugin_classes():
-        module = inspect.getmodule(cls).__name__
-        for base in cls.__mro__:
-            if isinstance(base, type) and issubclass(base, GRPOPlugin) and base.Args is not None:
-                keys = {f.name for f in dataclasses.fields(base.Args)} - trl_keys
-                allowed.setdefault(module, set()).update(keys)
-                if base is cls:
-                    for key in keys:
-                        owners.setdefault(key, set()).add(module)
-    root = Path(__file__).resolve().parents[1]
-    found = []
-    for path in sorted((root / "rlvr_div").rglob("*.py")):
-        module = ".".join(path.relative_to(root).with_suffix("").parts)
-        if module in _NAMES_PLUGIN_KEYS:
+        if cls.Args is None:
             continue
-        for name, line in _named_strings_and_attributes(path):
-            if name in owners and name not in allowed.get(module, set()):
-                found.append(f"{module}:{line} {name}")
+        module = inspect.getmodule(cls).__name__
+        for key in {f.name for f in dataclasses.fields(cls.Args)} - trl_keys:
+            owners.setdefault(key, set()).add(module)
+            own.setdefault(module, set()).add(key)
+    return owners, own
+
+
+def _foreign_keys(path, module, owners, own):
+    """The uses in ``path`` (module ``module``) of a plug-in key that neither that module's plug-ins own nor the
+    module's entry in :data:`_NAMES_PLUGIN_KEYS` allows."""
+    allowed = own.get(module, set()) | _NAMES_PLUGIN_KEYS.get(module, (set(), ""))[0]
+    return [f"{module}:{line} {name}" for name, line in _names(path) if name in owners and name not in allowed]
+
+
+def test_no_module_names_another_plug_in_s_keys():
+    """A plug-in key (one TRL's GRPOConfig does not have) is read, passed or named only in its plug-in's module or,
+    for the keys listed there with their reason, a module of :data:`_NAMES_PLUGIN_KEYS`: a new cross-plug-in read, or
+    a method key in recipe or preflight code, fails here."""
+    from pathlib import Path
+
+    owners, own = _plugin_keys()
+    assert {"covariance_penalty", "simko", "dpg_alpha", "reward_shaping", "mara_tau"} <= set(owners)  # found them
+    root = Path(__file__).resolve().parents[1]
+    modules = {
+        ".".join(p.relative_to(root).with_suffix("").parts): p for p in sorted((root / "rlvr_div").rglob("*.py"))
+    }
+    found = [use for module, path in modules.items() for use in _foreign_keys(path, module, owners, own)]
     assert not found, found
-    assert set(_NAMES_PLUGIN_KEYS) <= {".".join(p.relative_to(root).with_suffix("").parts)
-                                       for p in (root / "rlvr_div").rglob("*.py")}  # fmt: skip
+    assert set(_NAMES_PLUGIN_KEYS) <= set(modules)
+    for module, (keys, _) in _NAMES_PLUGIN_KEYS.items():  # each listed key is a plug-in key the module does name
+        named = {name for name, _ in _names(modules[module])}
+        assert keys <= set(owners) & named, (module, keys - (set(owners) & named))
 
 
 def test_the_key_scan_sees_a_cross_plug_in_read(tmp_path):
+    owners, own = _plugin_keys()
     path = tmp_path / "probe.py"
-    path.write_text("def f(args):\n    return args.covariance_penalty == 'kl_cov'\n")
-    assert ("covariance_penalty", 2) in list(_named_strings_and_attributes(path))
+    path.write_text("def f(args, build):\n    build(simko=True)\n    return args.covariance_penalty == 'kl_cov'\n")
+    assert _foreign_keys(path, "rlvr_div.trainers.mara", owners, own) == [
+        "rlvr_div.trainers.mara:2 simko",
+        "rlvr_div.trainers.mara:3 covariance_penalty",
+    ]
+    assert _foreign_keys(path, "rlvr_div.trainers.simko", owners, own) == [
+        "rlvr_div.trainers.simko:3 covariance_penalty"
+    ]
+    path.write_text("x = args.mara_tau\n")  # a listed module may name only its listed keys
+    assert _foreign_keys(path, "rlvr_div.divergences", owners, own) == ["rlvr_div.divergences:1 mara_tau"]
