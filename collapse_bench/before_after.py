@@ -1,7 +1,7 @@
 """Behaviour unchanged across a change of the study or training code: the smoke collapse grid (``tests/fixtures/
-collapse_smoke.yaml``, 8 runs) and a small β study (exact, point, sampled and α-DPG arms, 10 runs) are trained by an
-older commit and by this checkout, then every JSON file and every report line of the two are compared, the keys that
-record time or the code commit aside.
+collapse_smoke.yaml``, 8 runs) and a small β study (exact, anneal, point, sampled and α-DPG arms, 14 runs) are
+trained by an older commit and by this checkout, then every JSON file and every report line of the two are compared,
+the keys that record time or the code commit aside.
 
     python -m collapse_bench.before_after --old COMMIT [--out /tmp/before_after]
 
@@ -40,6 +40,7 @@ arms:
   - {{name: grpo, kind: point, recipe: {root}/recipes/tiny/grpo.yaml}}
   - {{name: rkl, recipe: {root}/recipes/tiny/grpo_reverse_kl.yaml, key: divergence_coef}}
   - {{name: alpha_dpg, kind: point, recipe: {root}/recipes/tiny/alpha_dpg.yaml}}
+  - {{name: anneal, kind: anneal, dtype: float64, perturbation: 0.01, final_learning_rate: 1.0e-5}}
 """
 RUN_STUDY = (
     "import sys\nfrom pathlib import Path\nfrom collapse_bench.beta_report import write_report\n"

@@ -54,7 +54,18 @@ from collapse_bench.beta_spec import (
     run_identity,
     study_runs,
 )
-from collapse_bench.engine import RESULT, logged, open_state, read_result, record_run, run_dir, run_pool, worker_code
+from collapse_bench.engine import (
+    RESULT,
+    fresh_run_dir,
+    logged,
+    open_state,
+    read_result,
+    record_run,
+    run_dir,
+    run_pool,
+    train_or_raise,
+    worker_code,
+)
 from collapse_bench.measure import (
     PER_PROMPT_PATH_KEYS,
     cached_base,
@@ -215,7 +226,6 @@ def execute_sampled(
     study's ``checkpoint_every``, ``progress`` is the run's (:mod:`collapse_bench.run_progress`): its path goes on
     from ``progress.path`` and training from ``progress.checkpoint`` when set."""
     from rlvr_div.models import load_tokenizer
-    from rlvr_div.train import main as train
 
     arm = study.arm(run.arm)
     directory = out / "runs" / run.key
@@ -243,9 +253,7 @@ def execute_sampled(
     if progress is not None and progress.checkpoint is not None and _trained_to_end(study, arm, progress):
         trained = Path(progress.checkpoint)  # the killed invocation had ended training there: measure, train no more
     else:
-        code = train(recipe_argv(arm.recipe, settings), callbacks=callbacks)
-        if code:
-            raise RuntimeError(f"training {run.key} exited with code {code}")
+        train_or_raise(recipe_argv(arm.recipe, settings), callbacks, run.key)
     model = _trained_model(trained)
     measured = _end_measurements(model, load_tokenizer(str(trained)), base, study, run.seed)
     body = {"path": path, "train": training_summary(directory / "metrics.jsonl"), "splits": measured}
@@ -279,34 +287,6 @@ def _exact_point(study: Study, b: dict[str, Any], batch: Any, logp: Any, beta: f
     return {**trajectory_point(mean, max(study.ks)), "objective": float(exact_objective(logp, batch, beta))}
 
 
-def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """Adam ascent on the exact objective from the base model (no sampling), with the same path; the whole budget."""
-    import torch
-
-    from rlvr_div.exact_objective import ascend, valid_set_batch
-    from rlvr_div.models import load_model, load_tokenizer
-
-    arm = study.arm(run.arm)
-    torch.manual_seed(run.seed)
-    model_path = model_checkpoint(study)
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
-    b = base["splits"]["train"]
-    batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
-    path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
-
-    def on_point(step: int, logp: Any, grad_norm: float) -> bool:
-        path.append({"step": step, **_exact_point(study, b, batch, logp, float(run.beta)), "grad_norm": grad_norm})
-        return False  # the whole budget: cheap, and a slow drift after a plateau is what this arm is for
-
-    lr, steps = _budget(study, arm)
-    last = ascend(model, batch, float(run.beta), lr, steps, study.path_every, on_point,
-                     temperature=float(study.common.get("temperature", 1.0)),
-                     max_grad_norm=float(study.common.get("max_grad_norm", 1.0)))  # fmt: skip
-    model.eval()
-    return {"path": path, "train": {"steps": last},
-            "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
-
-
 def weights_path(out: Path, run: StudyRun) -> Path:
     """Where an anneal run keeps its end weights (a state dict), the next β's start."""
     return out / WEIGHTS / run.key / "model.pt"
@@ -325,9 +305,24 @@ def perturb(model: Any, scale: float, seed: int) -> None:
             p.add_((scale * rms) * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
 
 
-def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
-    """Exact ascent at one β of an anneal arm: from the perturbed base (the first β) or from the end of the β before
-    (same start), cosine-decayed learning rate, the arm's dtype; the path adds J* − J and KL(π̄‖p̄_β)."""
+def _anneal_start(study: Study, out: Path, run: StudyRun, model: Any) -> None:
+    """An anneal run's start: the base perturbed from its seed (the first β), or the end weights of the β before."""
+    import torch
+
+    before = predecessor(study, run)
+    if before is None:
+        perturb(model, float(study.arm(run.arm).perturbation or 0.0), run.seed)
+        return
+    start = weights_path(out, before)
+    if not start.is_file():
+        raise FileNotFoundError(f"{start}: the end weights of {before.key}, this run's start, are missing")
+    model.load_state_dict(torch.load(start, map_location="cpu"))
+
+
+def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
+    """Adam ascent on the exact objective (no sampling), with the same path; the whole budget. The exact arm starts
+    from the base; an anneal arm at one β from the perturbed base (the first β) or from the end of the β before (same
+    start), with a cosine-decayed learning rate and the arm's dtype, and its path adds J* − J and KL(π̄‖p̄_β)."""
     import math
 
     import torch
@@ -342,44 +337,48 @@ def execute_anneal(study: Study, out: Path, run: StudyRun, base: dict[str, Any])
     from rlvr_div.models import load_model, load_tokenizer
 
     arm = study.arm(run.arm)
+    anneal = arm.kind == "anneal"
+    if not anneal:
+        torch.manual_seed(run.seed)
     model_path = model_checkpoint(study)
-    model, tokenizer = load_model(model_path).to(getattr(torch, str(arm.dtype))), load_tokenizer(model_path)
-    before = predecessor(study, run)
-    if before is None:
-        perturb(model, float(arm.perturbation or 0.0), run.seed)
-    else:
-        start = weights_path(out, before)
-        if not start.is_file():
-            raise FileNotFoundError(f"{start}: the end weights of {before.key}, this run's start, are missing")
-        model.load_state_dict(torch.load(start, map_location="cpu"))
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    if anneal:
+        model = model.to(getattr(torch, str(arm.dtype)))
+        _anneal_start(study, out, run, model)
     b = base["splits"]["train"]
     batch = valid_set_batch(tokenizer, b["prompts"], b["valid"], b["logps"])
     beta = float(run.beta)
-    best = closed_form_objective([math.fsum(math.exp(x) for x in lp) for lp in b["logps"]], beta)
+    best = closed_form_objective([math.fsum(math.exp(x) for x in lp) for lp in b["logps"]], beta) if anneal else None
     temperature = float(study.common.get("temperature", 1.0))
 
     def point(step: int, logp: Any, grad_norm: float | None) -> dict[str, Any]:
         numbers = _exact_point(study, b, batch, logp, beta)
-        return {"step": step, **numbers, "gap": best - numbers["objective"],
-                "kl_p_beta": float(kl_to_tilted(logp, batch, beta)), "grad_norm": grad_norm}  # fmt: skip
+        if anneal:
+            numbers |= {"gap": best - numbers["objective"], "kl_p_beta": float(kl_to_tilted(logp, batch, beta))}
+        return {"step": step, **numbers, "grad_norm": grad_norm}
 
-    with torch.no_grad():
-        path = [point(0, valid_set_logprobs(model, batch, temperature), None)]
+    if anneal:
+        with torch.no_grad():
+            path = [point(0, valid_set_logprobs(model, batch, temperature), None)]
+    else:
+        path = [{"step": 0, **trajectory_point(b["summary"]["mean"], max(study.ks))}]
 
     def on_point(step: int, logp: Any, grad_norm: float) -> bool:
         path.append(point(step, logp, grad_norm))
-        return False
+        return False  # the whole budget: cheap, and a slow drift after a plateau is what these arms are for
 
     lr, steps = _budget(study, arm)
     last = ascend(model, batch, beta, lr, steps, study.path_every, on_point,
                   temperature=temperature, max_grad_norm=float(study.common.get("max_grad_norm", 1.0)),
                   final_learning_rate=arm.final_learning_rate)  # fmt: skip
     model.eval()
-    end = weights_path(out, run)
-    end.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), end)
-    return {"path": path, "train": {"steps": last, "optimum": best},
-            "splits": _end_measurements(model, tokenizer, base, study, run.seed)}  # fmt: skip
+    train = {"steps": last}
+    if anneal:
+        end = weights_path(out, run)
+        end.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), end)
+        train["optimum"] = best
+    return {"path": path, "train": train, "splits": _end_measurements(model, tokenizer, base, study, run.seed)}
 
 
 def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> dict[str, Any]:
@@ -395,15 +394,12 @@ def execute(study: Study, out_dir: str, run: StudyRun, base: dict[str, Any]) -> 
 def _execute(study: Study, out: Path, run: StudyRun, base: dict[str, Any], progress: Progress | None) -> dict[str, Any]:
     directory = run_dir(out, run.key)
     if progress is None:
-        if directory.exists():
-            shutil.rmtree(directory)  # an unfinished run starts over
-        directory.mkdir(parents=True)
+        fresh_run_dir(out, run.key)
         if study.checkpoint_every is not None:
             progress = Progress()
     t0 = time.perf_counter() if progress is None else progress.started
-    kind = study.arm(run.arm).kind
-    if kind in ("exact", "anneal"):
-        body = (execute_exact if kind == "exact" else execute_anneal)(study, out, run, base)
+    if study.arm(run.arm).kind in ("exact", "anneal"):
+        body = execute_exact(study, out, run, base)
     else:
         body = execute_sampled(study, out, run, base, progress)
     steps = body["path"][-1]["step"]

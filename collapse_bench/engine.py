@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -133,6 +134,24 @@ def run_and_report(out: Path, what: str, state: str, report_only: bool, run: Cal
 def run_dir(out: Path, key: str) -> Path:
     """A run's directory, ``runs/<key>``."""
     return out / "runs" / key
+
+
+def fresh_run_dir(out: Path, key: str) -> Path:
+    """A run's directory, emptied: an unfinished run starts over (a run is the unit of resumption)."""
+    directory = run_dir(out, key)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    return directory
+
+
+def train_or_raise(argv: list[str], callbacks: list[Any], key: str) -> None:
+    """``rlvr-div train`` with ``argv`` and the trainer ``callbacks``; a non-zero exit raised as one line."""
+    from rlvr_div.train import main as train
+
+    code = train(argv, callbacks=callbacks)
+    if code:
+        raise RuntimeError(f"training {key} exited with code {code}")
 
 
 def read_result(out: Path, key: str, identity: str | None = None) -> dict[str, Any] | None:

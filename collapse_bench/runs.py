@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 from collapse_bench.engine import (
     RESULT,
+    fresh_run_dir,
     logged,
     open_state,
     read_result,
@@ -35,6 +35,7 @@ from collapse_bench.engine import (
     run_dir,
     run_pool,
     study_lock,
+    train_or_raise,
     worker_code,
 )
 from collapse_bench.measure import (
@@ -97,18 +98,9 @@ def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
         methods = [m for m in bench.methods_of(task) if m.rehearsal]
         if not methods:
             continue
-        argv = [
-            "--config",
-            methods[0].recipe,
-            "--model_name_or_path",
-            bench.model,
-            "--task",
-            task.task,
-            "--task_options",
-            json.dumps(task.task_options),
-            "--rehearsal_path",
-            str(out / "rehearsal" / task.name),
-        ]
+        argv = ["--config", methods[0].recipe, "--model_name_or_path", bench.model, "--task", task.task,
+                "--task_options", json.dumps(task.task_options),
+                "--rehearsal_path", str(out / "rehearsal" / task.name)]  # fmt: skip
         for key, value in {**bench.common, **task.overrides, **task.rehearsal}.items():
             argv.append(f"--{key}={value}")
         log = out / "logs" / f"rehearsal_{task.name}.log"
@@ -126,14 +118,10 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     import logging
 
     from rlvr_div.fingerprint import model_fingerprint
-    from rlvr_div.train import main as train
 
     logging.getLogger().setLevel(logging.WARNING)
     root = Path(out)
-    directory = run_dir(root, run.key)
-    if directory.exists():
-        shutil.rmtree(directory)  # an unfinished run: start over (a run is the unit of resumption)
-    directory.mkdir(parents=True)
+    directory = fresh_run_dir(root, run.key)
     t0 = time.perf_counter()
     identity = run_identity(bench, run)
     argv = run_argv(bench, run, directory, root / "rehearsal" / run.task)
@@ -154,9 +142,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
         sink.append({"step": 0, **trajectory_point(b["summary"]["mean"], max(bench.evaluation.ks))})
         callbacks.append(exact_trajectory(b["prompts"], b["valid"], b["logps"], bench.evaluation.ks, every,
                                           temperature, sink, structure=structure))  # fmt: skip
-    code = train(argv, callbacks=callbacks)
-    if code:
-        raise RuntimeError(f"training {run.key} exited with code {code}")
+    train_or_raise(argv, callbacks, run.key)
     train_seconds = time.perf_counter() - t0
     measured: dict[str, Any] = {}
     for split in bench.evaluation.splits:
