@@ -148,7 +148,7 @@ def _positive_number(value: Any, where: str) -> float:
 
 def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]) -> dict[str, Any]:
     """The anneal arm's own keys, checked (refused on any other kind)."""
-    own = {k: a[k] for k in ("final_learning_rate", "dtype", "perturbation") if k in a}
+    own = {k: a[k] for k in ANNEAL_ONLY if k in a}
     if kind != "anneal":
         if own:
             raise ConfigError(f"arm {name!r}: {next(iter(own))!r} is an anneal arm's key, not a {kind} arm's")
@@ -183,9 +183,7 @@ def read_study_config(path: Path) -> dict[str, Any]:
                            f"beta study config {other!r}", TOP_KEYS)  # fmt: skip
     if "extends" in base:
         raise ConfigError(f"{other} extends {base['extends']!r} itself; a config may extend one that extends none")
-    common = raw.get("common", {})
-    if not isinstance(common, dict):
-        raise ConfigError(f"common must be a mapping, got {type(common).__name__}")
+    common = checked_mapping(raw.get("common", {}), "common")
     merged = {**base, **{k: v for k, v in raw.items() if k not in ("extends", "common")}}
     merged["common"] = {**(base.get("common") or {}), **common}
     return {k: v for k, v in merged.items() if v is not None}
@@ -203,9 +201,7 @@ def load_study(path: str | Path) -> Study:
     betas = raw.get("betas")
     if not number_list(betas, lambda b: b > 0):
         raise ConfigError(f"betas must be a non-empty list of positive numbers, got {betas!r}")
-    common = raw.get("common") or {}
-    if not isinstance(common, dict):
-        raise ConfigError(f"common must be a mapping, got {type(common).__name__}")
+    common = checked_mapping(raw.get("common") or {}, "common")
     bad = sorted(set(common) & RESERVED)
     if bad:
         raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
@@ -279,8 +275,8 @@ def load_study(path: str | Path) -> Study:
     per_prompt = raw.get("path_per_prompt", False)
     if not isinstance(per_prompt, bool):
         raise ConfigError(f"path_per_prompt must be true or false, got {per_prompt!r}")
+    exact = next((a.name for a in arms if a.kind in ("exact", "anneal")), None)  # a sampling-free arm
     for key in ("path_dense", "path_per_prompt"):
-        exact = next((a.name for a in arms if a.kind in ("exact", "anneal")), None)
         if raw.get(key) and exact is not None:
             raise ConfigError(
                 f"{key} shapes the training path of sampled arms and points; arm {exact!r} is "
@@ -289,7 +285,6 @@ def load_study(path: str | Path) -> Study:
     checkpoint_every = raw.get("checkpoint_every")
     if checkpoint_every is not None:
         int_at_least(checkpoint_every, "checkpoint_every", 1)
-        exact = next((a.name for a in arms if a.kind in ("exact", "anneal")), None)
         if exact is not None:
             raise ConfigError(f"checkpoint_every checkpoints runs trained by rlvr-div train; arm {exact!r} is "
                               "sampling-free (its runs start over); remove checkpoint_every or that arm")  # fmt: skip

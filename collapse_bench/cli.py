@@ -31,13 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse_seeds(text: str, example: str) -> list[int]:
+    """``--seeds`` as a list of integers (comma-separated); a one-line ConfigError showing ``example`` otherwise."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r} must be comma-separated integers, e.g. {example}") from None
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if args.seeds is not None:
-        try:
-            out["seeds"] = [int(s) for s in args.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds {args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
+        out["seeds"] = parse_seeds(args.seeds, "0,1,2")
     if args.workers is not None:
         if args.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {args.workers}")

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from collapse_bench.cli import parse_seeds
 from rlvr_div.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +49,7 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
         raw = yaml.safe_load(path.read_text()) if path.is_file() else {}
         overrides["common"] = {**(raw.get("common") or {}), "max_steps": args.steps}
     if args.seeds is not None:
-        try:
-            overrides["seeds"] = [int(s) for s in args.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ConfigError(f"--seeds {args.seeds!r} must be comma-separated integers, e.g. 0,1") from None
+        overrides["seeds"] = parse_seeds(args.seeds, "0,1")
     return overrides
 
 

@@ -97,6 +97,16 @@ def minority_share(logps: Sequence[float], flags: Sequence[bool]) -> float:
     return float(w[np.asarray(flags, bool)].sum() / w.sum())
 
 
+def pass_at(mu: Any, k: int) -> np.ndarray:
+    """pass@k = 1 − (1 − μ)^k, elementwise."""
+    return -np.expm1(k * np.log1p(-np.clip(mu, 0.0, 1.0 - 1e-16)))
+
+
+def mean_pass_at(mu: Sequence[float], k: int) -> float:
+    """The mean over prompts of pass@k = 1 − (1 − μ)^k (scalar arithmetic, prompt by prompt)."""
+    return float(np.mean([-math.expm1(k * math.log1p(-min(m, 1 - 1e-16))) for m in mu]))
+
+
 def class_summary(
     mu: Sequence[float], base_mu: Sequence[float], share: Sequence[float] | None, ks: Sequence[int]
 ) -> dict[str, Any]:
@@ -104,7 +114,7 @@ def class_summary(
     problems lost and gained against the base at every k (expected counts, :func:`expected_lost_gained`)."""
     n = len(mu)
     out: dict[str, Any] = {"problems": n, "mu": float(np.mean(mu))}
-    out["pass_at"] = {str(k): float(np.mean([-math.expm1(k * math.log1p(-min(m, 1 - 1e-16))) for m in mu])) for k in ks}
+    out["pass_at"] = {str(k): mean_pass_at(mu, k) for k in ks}
     if share is not None:
         out["minority_share"] = float(np.mean(share))
     out["lost_at"], out["gained_at"] = {}, {}
@@ -208,7 +218,7 @@ def summarise(
     for k in ks:
         lost, gained = expected_lost_gained(base_mu, mu, k)
         mean["lost_at"][str(k)], mean["gained_at"][str(k)] = lost, gained
-    base_pass = {str(k): float(np.mean([-math.expm1(k * math.log1p(-min(b, 1 - 1e-16))) for b in base_mu])) for k in ks}
+    base_pass = {str(k): mean_pass_at(base_mu, k) for k in ks}
     mean["base_ahead_at_1"] = base_pass["1"] >= mean["pass_at"]["1"] if "1" in base_pass else None
     mean["crossover_k"] = crossover_k(mean, ks)
     mean["problems"] = len(rows)
@@ -263,8 +273,8 @@ def shifted_summary(logps: Sequence[Sequence[float]], base_logps: Sequence[Seque
     out: dict[str, Any] = {"per_prompt": mass, "mass": float(np.mean(mass)), "base_mass": float(np.mean(base)),
                            "pass_at": {}, "base_pass_at": {}, "lost_at": {}, "gained_at": {}}  # fmt: skip
     for k in ks:
-        out["pass_at"][str(k)] = float(np.mean(-np.expm1(k * np.log1p(-np.clip(mass, 0, 1 - 1e-16)))))
-        out["base_pass_at"][str(k)] = float(np.mean(-np.expm1(k * np.log1p(-np.clip(base, 0, 1 - 1e-16)))))
+        out["pass_at"][str(k)] = float(np.mean(pass_at(mass, k)))
+        out["base_pass_at"][str(k)] = float(np.mean(pass_at(base, k)))
         out["lost_at"][str(k)], out["gained_at"][str(k)] = expected_lost_gained(base, mass, k)
     return out
 

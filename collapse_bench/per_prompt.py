@@ -13,16 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import MIN_PROBLEMS, path_value_at
+from collapse_bench.measure import MIN_PROBLEMS, pass_at, path_value_at
 from collapse_bench.stats import mean_ci, t_quantile, t_test_p
 
 # base validity A(x): hard, middle, near-perfect (8 of 8 correct with probability ≥ 0.66 at A ≥ 0.95)
 DIFFICULTY_BINS = ((0.0, 0.5), (0.5, 0.95), (0.95, 1.0))
-
-
-def pass_at(mu: np.ndarray, k: int) -> np.ndarray:
-    """pass@k = 1 − (1 − μ)^k, elementwise."""
-    return -np.expm1(k * np.log1p(-np.clip(mu, 0.0, 1.0 - 1e-16)))
 
 
 def versus_base(

@@ -176,11 +176,11 @@ def _value_label(value: Any) -> str:
     return "default" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def checked_mapping(obj: Any, where: str, keys: set[str]) -> dict[str, Any]:
-    """``obj`` if it is a mapping with only ``keys``; one-line ConfigError otherwise."""
+def checked_mapping(obj: Any, where: str, keys: set[str] | None = None) -> dict[str, Any]:
+    """``obj`` if it is a mapping with only ``keys`` (any keys without them); one-line ConfigError otherwise."""
     if not isinstance(obj, dict):
         raise ConfigError(f"{where} must be a mapping, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - keys)
+    unknown = sorted(set(obj) - keys) if keys is not None else []
     if unknown:
         raise ConfigError(f"{where} has an unknown key {unknown[0]!r}; known: {', '.join(sorted(keys))}")
     return obj
@@ -209,7 +209,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         raise ConfigError(f"tune_seed must be an integer that is not a reported seed {seeds}, got {tune_seed!r}")
     for key in ("workers", "threads"):
         int_at_least(raw.get(key, 1), key, 1)
-    common = checked_mapping(raw.get("common", {}), "common", set(raw.get("common", {}) or {}))
+    common = checked_mapping(raw.get("common", {}), "common")
     _no_reserved(common, "common")
     ev = checked_mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
     evaluation = Evaluation(

@@ -105,6 +105,7 @@ def test_grid_shares_runs_between_tuning_and_the_beta_sweep():
         ({"seeds": [0, 0]}, "repeat a seed"),
         ({"seeds": [0, 1]}, "tune_seed must be an integer that is not a reported seed"),
         ({"common": {"task_seed": 3}}, "common sets 'task_seed', which the benchmark sets"),
+        ({"common": 5}, "common must be a mapping, got int"),  # was a TypeError
         ({"baseline": "ghost"}, "baseline 'ghost' is not a method"),
         ({"methods": [{"name": "m", "recipe": "missing.yaml"}]}, "recipe 'missing.yaml' is not a file"),
         ({"evaluation": {"ks": [4, 1]}}, "increasing"),
