@@ -348,54 +348,23 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
     if "beta_sweep" in agg:
         sweep = agg["beta_sweep"]
         lines += ["## The seed paper's question: does diversity shrink as β is lowered?", ""]
-        header_row = [
-            "method",
-            "β",
-            "seeds",
-            "μ (train)",
-            "closed-form μ(β) (reverse KL)",
-            "eff. answers (train)",
-            "KL(p*‖π_v)",
-            f"cov@{kmax} (train)",
-            f"μ ({split})",
-            f"eff. answers ({split})",
-        ]
+        header_row = ["method", "β", "seeds", "μ (train)", "closed-form μ(β) (reverse KL)", "eff. answers (train)",
+                      "KL(p*‖π_v)", f"cov@{kmax} (train)", f"μ ({split})", f"eff. answers ({split})"]  # fmt: skip
+
+        def row(label: str, beta: str, r: dict[str, Any], closed_form: str) -> list[str]:
+            t, s = r["splits"]["train"], r["splits"][split]
+            return [label, beta, str(len(r["seeds"])), _pm(t.get("mu")), closed_form,
+                    _pm(t.get("effective_answers"), 2), _pm(t.get("kl_pstar"), 2), _pm(t.get(f"cov_at_{kmax}")),
+                    _pm(s.get("mu")), _pm(s.get("effective_answers"), 2)]  # fmt: skip
+
         rows = []
         for method, rs in sweep["methods"].items():
+            reverse = method == "grpo_reverse_kl" or "reverse" in method
             for r in rs:
-                t, s = r["splits"]["train"], r["splits"][split]
-                reverse = method == "grpo_reverse_kl" or "reverse" in method
                 cf = _num(mean_validity_at(r["beta"], base_mu)) if base_mu and reverse else "—"
-                rows.append(
-                    [
-                        method,
-                        f"{r['beta']:g}",
-                        str(len(r["seeds"])),
-                        _pm(t.get("mu")),
-                        cf,
-                        _pm(t.get("effective_answers"), 2),
-                        _pm(t.get("kl_pstar"), 2),
-                        _pm(t.get(f"cov_at_{kmax}")),
-                        _pm(s.get("mu")),
-                        _pm(s.get("effective_answers"), 2),
-                    ]
-                )
+                rows.append(row(method, f"{r['beta']:g}", r, cf))
         for method, point in sweep.get("points", {}).items():
-            t, s = point["splits"]["train"], point["splits"][split]
-            rows.append(
-                [
-                    f"{method} (no β; value {point['value']})",
-                    "—",
-                    str(len(point["seeds"])),
-                    _pm(t.get("mu")),
-                    "—",
-                    _pm(t.get("effective_answers"), 2),
-                    _pm(t.get("kl_pstar"), 2),
-                    _pm(t.get(f"cov_at_{kmax}")),
-                    _pm(s.get("mu")),
-                    _pm(s.get("effective_answers"), 2),
-                ]
-            )
+            rows.append(row(f"{method} (no β; value {point['value']})", "—", point, "—"))
         lines += _table(header_row, rows) + ["", "![beta sweep](beta_sweep.png)", "", "Verdict (training prompts):"]
         lines += sweep_verdict(sweep, "train") or ["- not enough β values with finished runs"]
         lines.append("")
