@@ -32,8 +32,8 @@ BLOCK = re.compile(r"layers\.(\d+)\.")
 
 
 def setting(study: Study) -> dict[str, Any]:
-    """The LoRA setting a study trains with: rank, α, the adapted blocks ('all' for every linear layer, else 'top n'
-    for a list of modules in the n highest blocks ``layers.N.``) and the learning rate."""
+    """The LoRA setting a study's ``common`` sets (None: the recipe's): rank, α, the adapted blocks ('every block'
+    for ``all-linear``, 'blocks a–b' for a list of modules ``layers.N.…``) and the learning rate."""
     targets = study.common.get("lora_target_modules")
     if isinstance(targets, list):
         blocks = sorted({int(m) for t in targets for m in BLOCK.findall(str(t))})
@@ -76,7 +76,8 @@ def block_report(rows: dict[str, dict[str, Any]], seed: int, arms: tuple[str, st
     lines = []
     for config, row in rows.items():
         s = row["setting"]
-        cells = [f"`{config}`", f"{s['lora_r']} ({s['lora_alpha']})", s["blocks"], f"{s['learning_rate']:g}"]
+        lr = "recipe's" if s["learning_rate"] is None else f"{s['learning_rate']:g}"
+        cells = [f"`{config}`", f"{s['lora_r']} ({s['lora_alpha']})", s["blocks"], lr]
         for a in arms:
             e = row["arms"][a]
             cells.append("not run yet" if e is None else f"{e['steps']}, {e['mu']:.3f}, {e['test_pass_kmax']:.3f}")
