@@ -33,13 +33,15 @@ BLOCK = re.compile(r"layers\.(\d+)\.")
 
 def setting(study: Study) -> dict[str, Any]:
     """The LoRA setting a study's ``common`` sets (None: the recipe's): rank, α, the adapted blocks ('every block'
-    for ``all-linear``, 'blocks a–b' for a list of modules ``layers.N.…``) and the learning rate."""
+    for ``all-linear``, 'blocks a–b' or 'blocks a, c' for a list of modules ``layers.N.…``) and the learning rate."""
     targets = study.common.get("lora_target_modules")
     if isinstance(targets, list):
         blocks = sorted({int(m) for t in targets for m in BLOCK.findall(str(t))})
-        where = f"blocks {blocks[0]}–{blocks[-1]}" if blocks else ", ".join(map(str, targets))
+        contiguous = blocks == list(range(blocks[0], blocks[-1] + 1)) if blocks else False
+        where = (f"blocks {blocks[0]}–{blocks[-1]}" if contiguous
+                 else f"blocks {', '.join(map(str, blocks))}" if blocks else ", ".join(map(str, targets)))  # fmt: skip
     else:
-        where = "every block" if targets == "all-linear" else str(targets)
+        where = "every block" if targets == "all-linear" else "recipe's" if targets is None else str(targets)
     return {"lora_r": study.common.get("lora_r"), "lora_alpha": study.common.get("lora_alpha"), "blocks": where,
             "learning_rate": study.common.get("learning_rate")}  # fmt: skip
 

@@ -1,5 +1,6 @@
 """collapse_bench.lora_block: one seed's α-DPG − GRPO under several LoRA settings, from hand-made finished runs."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -31,6 +32,10 @@ def test_the_lora_settings_are_read_from_each_config():
     lr = setting(load_study(BENCH / "real_lm_countries_lora_lr1e-4.yaml"))
     assert lr["learning_rate"] == 1e-4 and lr["lora_r"] == 16
     assert setting(load_study(BENCH / "real_lm_countries_lora_r4.yaml"))["lora_r"] == 4
+    study = load_study(BENCH / "real_lm_countries.yaml")
+    gaps = dataclasses.replace(study, common={"lora_target_modules": ["layers.3.q_proj", "layers.5.q_proj"]})
+    assert setting(gaps)["blocks"] == "blocks 3, 5"
+    assert setting(dataclasses.replace(study, common={}))["blocks"] == "recipe's"
 
 
 def test_the_block_reads_each_setting_at_matched_validity(tmp_path, capsys):
