@@ -424,10 +424,11 @@ def run_identity(study: Study, run: StudyRun) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def check_arm_names(study: Study, names: tuple[str, ...]) -> None:
-    """Raise a one-line :class:`ConfigError` naming the first of ``names`` that is not an arm of ``study``."""
+def check_arm_names(study: Study, names: tuple[str, ...], where: str = "--arms") -> None:
+    """Raise a one-line :class:`ConfigError`, led by ``where`` (the option or file that gave them), naming the first
+    of ``names`` that is not an arm of ``study``."""
     arms = [a.name for a in study.arms]
     unknown = [n for n in names if n not in arms]
     if unknown or not names:
         bad = repr(unknown[0]) if unknown else "an empty list"
-        raise ConfigError(f"--arms: {bad} names no arm of the study (its arms: {', '.join(arms)})")
+        raise ConfigError(f"{where}: {bad} names no arm of the study (its arms: {', '.join(arms)})")

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collapse_bench.beta_spec import Study, load_study
+from collapse_bench.beta_spec import Study, check_arm_names, load_study
 from collapse_bench.beta_study import finished_results
 from collapse_bench.markdown import table
 from collapse_bench.measure import path_value_at
@@ -119,18 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     arms = (args.arm, args.against)
     studies = [(config, out, load_study(config)) for config, out in map(parse_setting, args.settings)]
     for config, _, study in studies:
-        names = [a.name for a in study.arms]
-        absent = [a for a in arms if a not in names]
-        if absent:
-            raise ConfigError(f"{config}: no arm {absent[0]!r} (its arms: {', '.join(names)})")
+        check_arm_names(study, arms, f"--arm/--against of {config}")
+    kmaxes = {max(study.ks) for _, _, study in studies}
+    if len(kmaxes) > 1:
+        raise ConfigError(f"the settings measure pass@k up to different k ({sorted(kmaxes)}); the block compares one")
     rows = {str(config): block_row(study, out, args.seed, arms, tuple(args.levels)) for config, out, study in studies}
-    kmax = max(max(study.ks) for _, _, study in studies)
     command = "python -m collapse_bench.lora_block " + " ".join(sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "lora_block.json", {"seed": args.seed, "arms": list(arms), "rows": rows})
-    (out / "lora_block.md").write_text(block_report(rows, args.seed, arms, kmax, command))
-    print((out / "lora_block.md").read_text(), end="")
+    text = block_report(rows, args.seed, arms, kmaxes.pop(), command)
+    (out / "lora_block.md").write_text(text)
+    print(text, end="")
     return 0
 
 

@@ -68,7 +68,7 @@ def test_the_block_reads_each_setting_at_matched_validity(tmp_path, capsys):
     [
         (["bench/real_lm_countries.yaml"], "a setting is CONFIG=DIR"),
         (["bench/real_lm_countries.yaml=/nonexistent"], "is not a directory"),
-        (["bench/real_lm_countries.yaml=.", "--arm", "dpo"], "no arm 'dpo'"),
+        (["bench/real_lm_countries.yaml=.", "--arm", "dpo"], "'dpo' names no arm"),
     ],
 )
 def test_a_bad_setting_is_one_line(argv, message, tmp_path):
@@ -76,3 +76,21 @@ def test_a_bad_setting_is_one_line(argv, message, tmp_path):
 
     with pytest.raises(ConfigError, match=message):
         main([*(a.replace("bench/", f"{BENCH}/") for a in argv), "--out", str(tmp_path)])
+
+
+def test_settings_measured_at_different_k_are_refused(tmp_path, monkeypatch):
+    """The block's pass@k column has one k: settings whose largest k differ are one ConfigError line."""
+    from collapse_bench import lora_block
+    from rlvr_div.errors import ConfigError
+
+    def load(config):
+        study = load_study(config)
+        return dataclasses.replace(study, ks=(1, 8)) if "r4" in str(config) else study
+
+    monkeypatch.setattr(lora_block, "load_study", load)
+    settings = [
+        f"{BENCH / 'real_lm_countries.yaml'}={tmp_path}",
+        f"{BENCH / 'real_lm_countries_lora_r4.yaml'}={tmp_path}",
+    ]
+    with pytest.raises(ConfigError, match=r"different k \(\[8, 64\]\)"):
+        main([*settings, "--out", str(tmp_path / "block")])
