@@ -10,7 +10,9 @@ round every trainer, in turn, generates and scores its batch (``_generate_and_sc
 the backward pass (``_compute_loss`` + ``backward``; no optimizer step, so the weights, and with one seed per round
 the sampled batch, stay the same across trainers). The first round is a warm-up (not counted). Printed: the median
 seconds of both parts and their sum for each trainer, and each one's ratio to the first trainer (stock GRPO with a
-KL term, β = 0.04, the cost the divergence trainers are compared with).
+KL term, β = 0.04, the cost the divergence trainers are compared with). DPH-RL's trainer rehearses a set this check
+builds (``rehearsal_path=<built>`` in a spec): random completions of the prompts with their reference log-probs
+under the saved model, in the layout ``rlvr-div rehearse`` writes.
 
 (b) Sampling: ``model.generate`` tokens/s at a few batch sizes (every completion runs to ``--sample-tokens``: a
 random model all but never samples EOS, and ``min_new_tokens`` makes sure), and vLLM's when it is importable.
@@ -70,18 +72,26 @@ SMOKE_SHAPE: dict[str, Any] = {
     "max_position_embeddings": 512,
 }
 BETA = 0.04  # the KL coefficient of the baseline and of the divergence terms (bench_divergence_step.py's)
+REHEARSAL = "<built>"  # a spec's rehearsal_path value that stands for the set this check builds
+# DPH-RL (recipes/tiny/dph_forward_kl.yaml's term): no reference model on the exploration rows, a forward-KL rehearsal
+# term over 8 stored samples per step (1/8 of the default 64 rollouts, the paper's ratio)
+DPH_SPEC = (
+    f"divergence:divergence=none,rehearsal_path={REHEARSAL},rehearsal_divergence=forward_kl,rehearsal_coef=0.05,"
+    "rehearsal_batch_size=8"
+)
 ALPHABET = "0123456789+-*/=:;,.()<>? abcdefghijklmnopqrstuvwxyz"
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 
 def default_trainers() -> list[str]:
     """Stock GRPO with β (the baseline, first) and without; the divergence trainer with every registered divergence
-    at the same coefficient; the sequence-level KL in the reward; α-DPG (recipes/tiny/*.yaml's settings)."""
+    at the same coefficient; the sequence-level KL in the reward; α-DPG; DPH-RL (recipes/tiny/*.yaml's settings)."""
     from rlvr_div.divergences import DIVERGENCES
 
     specs = [f"grpo:beta={BETA}", "grpo:beta=0"]
     specs += [f"divergence:divergence={name},divergence_coef={BETA}" for name in DIVERGENCES.names()]
     specs += [f"divergence:sequence_kl_coef={BETA},scale_rewards=none", "dpg:dpg_divergence=alpha,dpg_alpha=0.25"]
+    specs.append(DPH_SPEC)
     return specs
 
 
@@ -143,6 +153,52 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
 
 
+def build_rehearsal_set(
+    out: Path,
+    model_dir: Path,
+    prompts: Sequence[str],
+    completion_tokens: int,
+    count: int,
+    temperature: float,
+    dtype: torch.dtype,
+    device: str,
+    seed: int = 0,
+) -> Path:
+    """A DPH-RL rehearsal set in ``out``, in the layout ``rlvr-div rehearse`` writes (:mod:`rlvr_div.rehearsal_set`):
+    ``count`` rows cycling over ``prompts``, each with ``completion_tokens`` ids drawn uniformly from the non-special
+    vocabulary (a random model's "correct" samples mean nothing; the cost depends on the shapes), their reference
+    log-probs log softmax(logits / T)[y_t] under the saved model, the prompts as D_exp, and a summary.json."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from rlvr_div.logprobs import token_logprobs
+    from rlvr_div.rehearsal_set import D_EXP_DIR, REHEARSAL_DIR, SUMMARY, tokenizer_hash
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = [prompts[i % len(prompts)] for i in range(count)]
+    prompt_ids = [tokenizer(p)["input_ids"] for p in rows]
+    g = torch.Generator().manual_seed(seed)
+    low = len(SPECIALS)
+    completion_ids = torch.randint(low, len(tokenizer), (count, completion_tokens), generator=g).tolist()
+    model = load_model(model_dir, dtype, device)
+    with torch.no_grad():
+        ref_logps = token_logprobs(model, prompt_ids, completion_ids, temperature=temperature,
+                                   pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    del model
+    columns = {"prompt": rows, "completion": tokenizer.batch_decode(completion_ids), "prompt_ids": prompt_ids,
+               "completion_ids": completion_ids, "ref_logps": ref_logps}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_dict(columns).save_to_disk(str(out / REHEARSAL_DIR))
+    datasets.Dataset.from_dict({"prompt": list(prompts)}).save_to_disk(str(out / D_EXP_DIR))
+    summary = {
+        "model": str(model_dir), "k": 1, "threshold": 1, "sampling": {"temperature": temperature, "top_p": 1.0},
+        "tokenizer_hash": tokenizer_hash(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+        "n_prompts": len(prompts), "n_pef": len(set(rows)), "n_exp": len(prompts), "n_rehearsal": count,
+    }  # fmt: skip
+    (out / SUMMARY).write_text(json.dumps(summary, indent=1))
+    return out
+
+
 def parity_reward(completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any) -> list[float]:
     """1 when the completion's token ids sum to an even number, else 0 (a random model's completions: about half)."""
     return [float(sum(ids) % 2 == 0) for ids in completion_ids or [[len(str(c))] for c in completions]]
@@ -182,11 +238,24 @@ def checkpointing_off(config_class: type) -> dict[str, bool]:
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
 
 
-def make_trainer(spec: str, model_dir: Path, out: Path, common: dict[str, Any], dataset: Any, tokenizer: Any) -> Any:
-    """The trainer of ``spec`` (registry name and recipe keys, :func:`parse_spec`) on ``model_dir``."""
+def make_trainer(
+    spec: str,
+    model_dir: Path,
+    out: Path,
+    common: dict[str, Any],
+    dataset: Any,
+    tokenizer: Any,
+    rehearsal: Any = None,
+) -> Any:
+    """The trainer of ``spec`` (registry name and recipe keys, :func:`parse_spec`) on ``model_dir``; a
+    ``rehearsal_path`` of :data:`REHEARSAL` becomes ``rehearsal()``, the path of the set it builds (once)."""
     from rlvr_div.trainers import TRAINERS
 
     name, settings = parse_spec(spec)
+    if settings.get("rehearsal_path") == REHEARSAL:
+        if rehearsal is None:
+            raise ValueError(f"{spec!r} names {REHEARSAL} but no rehearsal set can be built here")
+        settings["rehearsal_path"] = str(rehearsal())
     entry = TRAINERS.get(name)
     config_class = entry.config_class()
     args = config_class(output_dir=str(out), **common, **checkpointing_off(config_class), **settings)
@@ -383,18 +452,26 @@ def _write(path: str | None, results: dict[str, Any]) -> bool:
 
 
 def _quiet() -> None:
-    """No weight-loading or shard-writing bars, no deprecation warning at every generate (as ``rlvr-div train``)."""
+    """No weight-loading, shard-writing or dataset-saving bars, no deprecation warning at every generate (as
+    ``rlvr-div train``)."""
     import warnings
 
+    import datasets
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
     warnings.filterwarnings("ignore", message=r".*`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trainers", nargs="+", default=None, help="TRAINER[:key=value,...] (first = the baseline)")
+    ap.add_argument(
+        "--trainers",
+        nargs="+",
+        default=None,
+        help=f"TRAINER[:key=value,...] (first = the baseline; rehearsal_path={REHEARSAL}: a built set)",
+    )
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts per step (default 8)")
     ap.add_argument("--num-generations", type=int, default=8, help="completions per prompt (default 8)")
     ap.add_argument("--prompt-length", type=int, default=32, help="characters per prompt (default 32)")
@@ -447,12 +524,25 @@ def main(argv: list[str] | None = None) -> int:
             save_strategy="no", logging_steps=1, dataloader_num_workers=0, disable_tqdm=True,
             model_init_kwargs={"dtype": results["dtype"]},
         )  # fmt: skip
+        rehearsal_dir: list[Path] = []
+
+        def rehearsal() -> Path:
+            if not rehearsal_dir:
+                t0 = time.perf_counter()
+                rehearsal_dir.append(build_rehearsal_set(
+                    Path(tmp) / "rehearsal", model_dir, prompts, args.max_completion_length, count=max(batch, 8),
+                    temperature=common["temperature"], dtype=dtype, device=device,
+                ))  # fmt: skip
+                print(f"  rehearsal set: {max(batch, 8)} rows ({time.perf_counter() - t0:.1f} s)", flush=True)
+            return rehearsal_dir[0]
+
         timed = []
         for i, spec in enumerate(trainers):
             t0 = time.perf_counter()
             entry = Timed(spec)
             try:
-                entry.trainer = make_trainer(spec, model_dir, Path(tmp) / f"out{i}", common, dataset, tokenizer)
+                entry.trainer = make_trainer(spec, model_dir, Path(tmp) / f"out{i}", common, dataset, tokenizer,
+                                             rehearsal)  # fmt: skip
                 entry.trainer.model.train()
                 entry.trainer.current_gradient_accumulation_steps = 1
             except Exception as e:  # noqa: BLE001 - report it and time the others

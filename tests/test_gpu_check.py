@@ -52,6 +52,43 @@ def test_trainer_specs_and_defaults(gpu_check):
     assert specs[0] == "grpo:beta=0.04"  # the baseline the ratios are to
     assert {f"divergence:divergence={d},divergence_coef=0.04" for d in DIVERGENCES.names()} <= set(specs)
     assert any(s.startswith("dpg:") for s in specs) and any("sequence_kl_coef" in s for s in specs)
+    assert gpu_check.DPH_SPEC in specs and gpu_check.parse_spec(gpu_check.DPH_SPEC)[1]["rehearsal_path"] == "<built>"
+
+
+def test_dph_rehearses_the_built_set_and_starts_at_the_reference(gpu_check, tmp_path):
+    """The DPH-RL entry trains on a set built here: the trainer loads it (the rehearsal checks pass: tokenizer,
+    temperature), folds its rows into the loss forward, and at the start (π = the model the reference log-probs came
+    from) its forward-KL term is 0 up to round-off, which fails if the stored log-probs and the trainer's forward
+    disagree (another layout, temperature or model)."""
+    import datasets
+    import torch
+
+    model_dir, _ = gpu_check.build_model_dir(tmp_path / "model", gpu_check.SMOKE_SHAPE, torch.float32)
+    tokenizer = gpu_check.build_tokenizer(gpu_check.SMOKE_SHAPE["vocab_size"])
+    prompts = gpu_check.random_prompts(2, 8, seed=0)
+    built = []
+
+    def rehearsal():
+        built.append(gpu_check.build_rehearsal_set(tmp_path / "set", model_dir, prompts, 4, count=8,
+                                                   temperature=1.0, dtype=torch.float32, device="cpu"))  # fmt: skip
+        return built[-1]
+
+    common = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=4, temperature=1.0,
+                  learning_rate=1e-6, use_cpu=True, report_to="none", seed=0, save_strategy="no",
+                  dataloader_num_workers=0, disable_tqdm=True)  # fmt: skip
+    dataset = datasets.Dataset.from_dict({"prompt": prompts})
+    trainer = gpu_check.make_trainer(gpu_check.DPH_SPEC, model_dir, tmp_path / "out", common, dataset, tokenizer,
+                                     rehearsal)  # fmt: skip
+    assert len(built) == 1 and trainer.args.rehearsal_path == str(built[0])
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(0)
+    inputs = trainer._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(4)])
+    trainer._compute_loss(trainer.model, inputs).backward()
+    term = trainer._metrics["train"]["rehearsal/forward_kl"]
+    assert len(term) == 1 and abs(term[0]) < 1e-5, term
+    with pytest.raises(ValueError, match="no rehearsal set"):
+        gpu_check.make_trainer(gpu_check.DPH_SPEC, model_dir, tmp_path / "out2", common, dataset, tokenizer)
 
 
 def test_tokenizer_decodes_every_id_and_the_reward_splits(gpu_check):
