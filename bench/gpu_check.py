@@ -22,6 +22,7 @@ The random model makes a realistic cost, not a realistic text: the reward is the
 
     bash bench/gpu_check.sh                        # on a lent GPU machine: installs the carried wheels, then this
     .venv/bin/python bench/gpu_check.py --smoke    # CPU, 2 layers, hidden 64: does it run? (the numbers mean nothing)
+    bash bench/gpu_check.sh --recipes              # stock GRPO against every recipe in recipes/tiny instead
 """
 
 from __future__ import annotations
@@ -92,6 +93,36 @@ def default_trainers() -> list[str]:
     specs += [f"divergence:divergence={name},divergence_coef={BETA}" for name in DIVERGENCES.names()]
     specs += [f"divergence:sequence_kl_coef={BETA},scale_rewards=none", "dpg:dpg_divergence=alpha,dpg_alpha=0.25"]
     specs.append(DPH_SPEC)
+    return specs
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "tiny"
+# the batch settings this check fixes for every trainer (config fields of GRPO that a recipe also sets)
+FIXED_KEYS = frozenset({"num_generations", "max_completion_length", "temperature", "per_device_train_batch_size"})
+
+
+def recipe_trainers(directory: Path = RECIPES) -> list[str]:
+    """One spec per recipe in ``directory`` (sorted by file name): its ``trainer`` and the method keys it sets, i.e. its
+    keys that are fields of that trainer's config but not of ``transformers.TrainingArguments`` (the run's length,
+    precision, logging), less :data:`FIXED_KEYS`; a ``rehearsal_path`` becomes :data:`REHEARSAL` (the set built
+    here, in place of the offline stage, whose keys drop out). Task, model and LoRA keys are not config fields, so
+    they drop out too."""
+    from transformers import TrainingArguments
+
+    from rlvr_div.trainers import TRAINERS
+    from rlvr_div.trainers.dph import OFFLINE_STAGE_KEYS
+
+    training = {f.name for f in fields(TrainingArguments)}
+    offline = {*OFFLINE_STAGE_KEYS.values(), "rehearsal_sampling_batch_size"}
+    specs = []
+    for path in sorted(directory.glob("*.yaml")):
+        recipe = yaml.safe_load(path.read_text())
+        name = recipe.get("trainer", "grpo")
+        config = {f.name for f in fields(TRAINERS.get(name).config_class())}
+        keys = {k: v for k, v in recipe.items() if k in config and k not in training and k not in FIXED_KEYS}
+        if "rehearsal_path" in keys:
+            keys = {k: REHEARSAL if k == "rehearsal_path" else v for k, v in keys.items() if k not in offline}
+        specs.append(name + "".join(f"{',' if i else ':'}{k}={v}" for i, (k, v) in enumerate(keys.items())))
     return specs
 
 
@@ -472,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"TRAINER[:key=value,...] (first = the baseline; rehearsal_path={REHEARSAL}: a built set)",
     )
+    ap.add_argument(
+        "--recipes",
+        action="store_true",
+        help=f"time stock GRPO (β = {BETA}) against every recipe in recipes/tiny (its method keys)",
+    )
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts per step (default 8)")
     ap.add_argument("--num-generations", type=int, default=8, help="completions per prompt (default 8)")
     ap.add_argument("--prompt-length", type=int, default=32, help="characters per prompt (default 32)")
@@ -489,13 +525,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         shape, warmup = SMOKE_SHAPE, 0
         args.device = args.device or "cpu"
-        args.prompts, args.num_generations, args.prompt_length, args.max_completion_length = 2, 4, 8, 4
+        args.prompts, args.num_generations, args.prompt_length, args.max_completion_length = 2, 8, 8, 8
         args.rounds, args.sample_batches, args.sample_tokens = 1, [4], 4
         torch.set_num_threads(1)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     gpu = device.startswith("cuda")
     dtype = torch.bfloat16 if gpu else torch.float32
-    trainers = args.trainers or default_trainers()
+    if args.recipes and args.trainers:
+        ap.error("--recipes and --trainers both choose the trainers; give one")
+    trainers = [f"grpo:beta={BETA}", *recipe_trainers()] if args.recipes else args.trainers or default_trainers()
     info = {"versions": versions(), "device": torch.cuda.get_device_name(0) if gpu else platform.processor() or "cpu"}
     print(f"device: {info['device']}; " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()), flush=True)
     info["requirement_problems"] = requirement_problems()

@@ -125,6 +125,37 @@ def test_smoke_form_times_every_trainer_against_stock_grpo(gpu_check, tmp_path, 
     assert results["timed_rounds"] == 1 and results["wall_s"] > 0  # the smoke form's one round, no wall-clock bound
 
 
+def test_recipe_specs_keep_the_method_keys_and_drop_the_run_settings(gpu_check, tmp_path):
+    (tmp_path / "a.yaml").write_text(
+        "model_name_or_path: tiny\ntrainer: divergence\ndivergence: none\nreward_shaping: mara\nmara_tau: 1.0\n"
+        "task: pairsum\ntask_options: {max_target: 25}\nlora_target_modules: all-linear\nlearning_rate: 1.0e-4\n"
+        "max_steps: 50\nnum_generations: 8\ntemperature: 1.0\nscale_rewards: none\nnum_iterations: 2\n"
+    )
+    (tmp_path / "b.yaml").write_text(
+        "trainer: divergence\nrehearsal_path: runs/x\nrehearsal_coef: 0.2\nrehearsal_k: 8\nrehearsal_threshold: 6\n"
+        "rehearsal_sampling_batch_size: 64\n"
+    )
+    assert gpu_check.recipe_trainers(tmp_path) == [
+        "divergence:divergence=none,reward_shaping=mara,mara_tau=1.0,scale_rewards=none,num_iterations=2",
+        "divergence:rehearsal_path=<built>,rehearsal_coef=0.2",
+    ]
+    specs = gpu_check.recipe_trainers()
+    assert len(specs) == len(list(gpu_check.RECIPES.glob("*.yaml"))) >= 20
+    assert all(gpu_check.parse_spec(s)[0] in {"grpo", "divergence", "dpg"} for s in specs)
+
+
+def test_smoke_form_steps_every_recipe(gpu_check, tmp_path):
+    """``--recipes``: stock GRPO against every recipe in recipes/tiny; each builds and steps (the smoke batch is
+    large enough for every recipe's own checks: covariance ratios, pass@k subsets)."""
+    out = tmp_path / "recipes.json"
+    assert gpu_check.main(["--smoke", "--recipes", "--json", str(out)]) == 0
+    steps = json.loads(out.read_text())["steps"]
+    assert [r["trainer"] for r in steps] == ["grpo:beta=0.04", *gpu_check.recipe_trainers()]
+    assert all("error" not in r and r["loss_backward_s"] > 0 for r in steps), steps
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--smoke", "--recipes", "--trainers", "grpo"])
+
+
 def test_timing_stops_at_the_budget_after_one_timed_round(gpu_check):
     """--budget-s bounds the device time: past it, no further round starts (at least one timed round is kept)."""
     import torch
