@@ -35,6 +35,14 @@ def test_hand_values_with_weights_and_unscored_completions():
     assert adv.tolist()[4:] == [0.0] * 4  # fewer than two scored completions: no baseline, no signal
 
 
+def test_weights_on_another_device_follow_the_rewards():
+    """TRL keeps ``reward_weights`` on the CPU and the gathered rewards on the accelerator: on a lent H200 the
+    plug-in failed with "Expected all tensors to be on the same device" (bench/gpu_check.py --recipes). The meta
+    device stands in for the accelerator here: mixing it with a CPU tensor raises the same way."""
+    adv = rloo_advantages(torch.zeros(4, 1, device="meta"), torch.ones(1), group=2)
+    assert adv.device.type == "meta" and adv.shape == (4,)
+
+
 def test_the_estimator_is_unbiased_on_a_tabular_policy():
     """E over every group of 3 draws of Σ_i A_i·∇log π(y_i) / 3 = ∇E_π[R]·(the RLOO identity: no bias factor)."""
     torch.manual_seed(0)

@@ -23,8 +23,10 @@ from rlvr_div.trainers.reward_shaping import RewardShaping
 
 def rloo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int) -> torch.Tensor:
     """A_i = R_i − mean_{j≠i, scored} R_j within consecutive groups of ``group`` completions (see the module
-    docstring); rewards (N, K) of K reward functions, NaN = not scored."""
+    docstring); rewards (N, K) of K reward functions, NaN = not scored; computed on the rewards' device (TRL keeps
+    ``reward_weights`` on the CPU while the gathered rewards are on the accelerator)."""
     unscored = torch.isnan(rewards_per_func).all(dim=1)
+    weights = weights.to(rewards_per_func.device)
     total = (rewards_per_func.double() * weights.double().unsqueeze(0)).nansum(dim=1)
     scored = (~unscored).view(-1, group)
     r = torch.where(scored, total.view(-1, group), torch.zeros_like(total.view(-1, group)))
