@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -276,7 +276,7 @@ def make_trainer(
     common: dict[str, Any],
     dataset: Any,
     tokenizer: Any,
-    rehearsal: Any = None,
+    rehearsal: Callable[[], Path] | None = None,
 ) -> Any:
     """The trainer of ``spec`` (registry name and recipe keys, :func:`parse_spec`) on ``model_dir``; a
     ``rehearsal_path`` of :data:`REHEARSAL` becomes ``rehearsal()``, the path of the set it builds (once)."""
