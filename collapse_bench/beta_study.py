@@ -293,7 +293,8 @@ def weights_path(out: Path, run: StudyRun) -> Path:
 
 
 def perturb(model: Any, scale: float, seed: int) -> None:
-    """w ← w + scale·rms(w)·ε, ε ~ N(0, 1) per entry, tensor by tensor from ``seed`` (scale 0: unchanged)."""
+    """w ← w + scale·rms(w)·ε, ε ~ N(0, 1) per entry, tensor by tensor from ``seed`` (scale 0: unchanged); ε is drawn
+    on the CPU, so a seed perturbs alike on any device."""
     import torch
 
     if scale == 0:
@@ -301,8 +302,9 @@ def perturb(model: Any, scale: float, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            rms = p.double().pow(2).mean().sqrt().item()
-            p.add_((scale * rms) * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
+            rms = p.double().pow(2).mean().sqrt()  # a 0-dim tensor on p's device: no host sync, a meta tensor works
+            eps = torch.randn(p.shape, generator=g, dtype=torch.float64).to(device=p.device, dtype=p.dtype)
+            p.add_(eps * (rms * scale))
 
 
 def _anneal_start(study: Study, out: Path, run: StudyRun, model: Any) -> None:

@@ -78,11 +78,14 @@ def valid_set_batch(
 
 
 def valid_set_logprobs(model: Any, batch: ValidSetBatch, temperature: float = 1.0) -> torch.Tensor:
-    """(N,) float64 log π(y ⊕ EOS | x) of every row, differentiable in the model's parameters."""
+    """(N,) float64 log π(y ⊕ EOS | x) of every row, differentiable in the model's parameters, on the model's device
+    (the batch is built on the CPU and moved there)."""
     from rlvr_div.logprobs import completion_logprobs
 
-    chosen = completion_logprobs(model, batch.input_ids, batch.attention_mask, batch.columns, temperature)
-    return (chosen.double() * batch.completion_mask.double()).sum(-1)
+    device = next(model.parameters()).device
+    input_ids, attention, columns = (t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.columns))
+    chosen = completion_logprobs(model, input_ids, attention, columns, temperature)
+    return (chosen.double() * batch.completion_mask.to(chosen.device).double()).sum(-1)
 
 
 def exact_objective(logp: torch.Tensor, batch: ValidSetBatch, beta: float) -> torch.Tensor:

@@ -679,3 +679,36 @@ def test_a_declared_level_without_a_value_stays_in_the_holm_family(monkeypatch):
     found[0.8]["p"] = 0.02
     levels = real_lm_report.primary(study, {"arms": {"alpha_dpg": {"paths": {}}, "grpo": {"paths": {}}}})["levels"]
     assert levels[0]["supported"] and not levels[1]["supported"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_perturb_adds_seeded_noise_scaled_by_each_tensors_rms(dtype):
+    """w ← w + scale·rms(w)·ε, ε ~ N(0, 1) from the seed, tensor by tensor, written here the plain way (a host
+    float for rms(w)) and matched bit for bit."""
+    import torch
+
+    from collapse_bench.beta_study import perturb
+
+    dt = getattr(torch, dtype)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3)).to(dt)
+    expected = [p.detach().clone() for p in model.parameters()]
+    g = torch.Generator().manual_seed(3)
+    for w in expected:
+        rms = w.double().pow(2).mean().sqrt().item()
+        w.add_((0.01 * rms) * torch.randn(w.shape, generator=g, dtype=torch.float64).to(dt))
+    perturb(model, 0.01, 3)
+    assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
+    assert not torch.equal(expected[0], torch.nn.Linear(7, 5).to(dt).weight)
+
+
+def test_perturb_leaves_parameters_on_their_device():
+    """Noise is drawn on the CPU and moved to each parameter's device (the meta device stands in for a GPU: a CPU
+    tensor added into a meta parameter fails, as it would into a CUDA one)."""
+    import torch
+
+    from collapse_bench.beta_study import perturb
+
+    model = torch.nn.Linear(4, 3).to("meta")
+    perturb(model, 0.1, 1)
+    assert {p.device.type for p in model.parameters()} == {"meta"}

@@ -186,3 +186,24 @@ def test_ascent_decays_the_learning_rate_on_a_cosine(setup, tiny_path, monkeypat
     ascend(policy, batch, 0.3, 1e-3, max_steps=4, every=4, on_point=lambda s, lp, g: False, final_learning_rate=1e-5)
     expected = [1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi * t / 4)) for t in range(4)]
     assert seen == pytest.approx(expected, rel=1e-12)
+
+
+def test_rows_are_scored_on_the_models_device(monkeypatch):
+    """The batch is built on the CPU; valid_set_logprobs moves it to the model's device (the meta device stands in
+    for a GPU: a CPU tensor met by a meta one fails, as it would beside a CUDA one)."""
+    import rlvr_div.logprobs
+    from rlvr_div.exact_objective import ValidSetBatch
+
+    def on_device(model, input_ids, attention_mask, columns, temperature=1.0):
+        device = next(model.parameters()).device
+        assert {t.device for t in (input_ids, attention_mask, columns)} == {device}
+        return torch.zeros(columns.shape, device=device)
+
+    monkeypatch.setattr(rlvr_div.logprobs, "completion_logprobs", on_device)
+    ids = torch.tensor([[1, 2, 3, 4], [1, 2, 5, 6]])
+    batch = ValidSetBatch(
+        ids, torch.ones_like(ids), torch.tensor([[1, 2], [1, 2]]), torch.ones(2, 2), torch.tensor([0, 0]),
+        torch.zeros(2, dtype=torch.float64), 1,
+    )  # fmt: skip
+    logp = valid_set_logprobs(torch.nn.Linear(2, 2).to("meta"), batch)
+    assert logp.device.type == "meta" and logp.shape == (2,) and logp.dtype == torch.float64
