@@ -68,9 +68,9 @@ def _demote(lines: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div demo``."""
     from collapse_bench.cli import report
-    from collapse_bench.engine import study_lock
     from collapse_bench.runs import run_benchmark
     from collapse_bench.spec import load_benchmark
+    from rlvr_div.run_lock import directory_lock
 
     args = build_parser().parse_args(argv)
     bench = load_benchmark(args.config, check_args(args))
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = tiny_spec(bench.model)
     if spec is not None:
         print(f"tiny base model: {tiny_model_path(spec, progress=not args.quiet)}", flush=True)
-    with study_lock(out, "collapse benchmark"):  # one writer per directory, for the runs and the report
+    with directory_lock(out, "collapse benchmark", "--out"):  # one writer per directory, for the runs and the report
         run_benchmark(bench, out, fresh=args.fresh, progress=not args.quiet)
         tables = report(bench, out, command.strip())
         seconds = time.perf_counter() - t0

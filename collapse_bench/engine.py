@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import clear_directory
+from rlvr_div.run_lock import clear_directory, directory_lock
 
 RESULT = "result.json"
 
@@ -103,24 +103,14 @@ def record_run(out: Path, name: str, key: str, failure: str | None, t_start: flo
     write_json(path, state)
 
 
-@contextlib.contextmanager
-def study_lock(out: Path, what: str) -> Iterator[None]:
-    """Hold ``out``'s directory lock (:func:`rlvr_div.run_lock.directory_lock`: ``.<name>.lock`` beside it, outside
-    it so ``--fresh`` cannot delete it) while this process writes a study there: a second one on the same directory
-    fails in one line naming the holder's PID instead of interleaving its runs and reports with the first."""
-    from rlvr_div.run_lock import directory_lock
-
-    with directory_lock(out, what, "--out"):
-        yield
-
-
 def run_and_report(out: Path, what: str, state: str, report_only: bool, run: Callable[[], object],
                    report: Callable[[], Path]) -> int:  # fmt: skip
-    """A study command's body: under ``out``'s lock (:func:`study_lock`), ``run`` the study (not with
-    ``report_only``, which needs a study there: its ``state`` file), then write and name its ``report``."""
+    """A study command's body: under ``out``'s lock (:func:`rlvr_div.run_lock.directory_lock`: one writer per
+    directory, a second fails in one line naming the holder's PID), ``run`` the study (not with ``report_only``,
+    which needs a study there: its ``state`` file), then write and name its ``report``."""
     if report_only and not (out / state).is_file():
         raise ConfigError(f"{out} holds no {what} to report on")
-    with study_lock(out, what):
+    with directory_lock(out, what, "--out"):
         if not report_only:
             run()
         path = report()

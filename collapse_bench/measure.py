@@ -1,16 +1,14 @@
 """What the collapse benchmark measures on one model and one split of a task.
 
-Tasks that can enumerate every valid completion (``TaskSpec.valid_completions``) are measured exactly by teacher
-forcing (:mod:`rlvr_div.exact`): validity, pass@k, the distance KL(p*‖π(·|valid)) to the filtered model, the
-correct-answer entropy, the expected number of distinct valid answers and the expected p*-mass covered in k draws.
-Other tasks are measured from n samples per prompt (:mod:`eval.runner`): pass@k (unbiased estimator), distinct
-correct answers and correct-answer entropy of the samples; the p* columns are then absent (None).
+Every task the benchmark takes enumerates its valid completions (``TaskSpec.valid_completions``; the config loader
+refuses others) and is measured exactly by teacher forcing (:mod:`rlvr_div.exact`): validity, pass@k, the distance
+KL(p*‖π(·|valid)) to the filtered model, the correct-answer entropy, the expected number of distinct valid answers
+and the expected p*-mass covered in k draws. Sampled pass@k for other tasks is ``rlvr-div eval``'s.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ import numpy as np
 
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
-from rlvr_div.exact import expected_lost_gained, prompt_metrics, sequence_logprobs
+from rlvr_div.exact import expected_lost_gained, pass_at, pass_at_one, prompt_metrics, sequence_logprobs
 
 # the smallest difference in problems that is called a difference (a crossover, the base ahead): half a problem
 MIN_PROBLEMS = 0.5
@@ -37,18 +35,12 @@ def split_rows(task: str, split: str, options: dict[str, Any]) -> list[dict[str,
     return [dict(r) for r in get_task(task, split=split, **options)]
 
 
-def is_enumerable(task: str) -> bool:
-    from rlvr_div.tasks import get_task_spec
-
-    return get_task_spec(task).valid_completions is not None
-
-
 def valid_sets(task: str, rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     from rlvr_div.tasks import get_task_spec
 
     enumerate_valid = get_task_spec(task).valid_completions
     if enumerate_valid is None:
-        raise ConfigError(f"task {task!r} cannot enumerate its valid completions; it is measured by sampling")
+        raise ConfigError(f"task {task!r} cannot enumerate its valid completions, so it cannot be measured exactly")
     return [enumerate_valid(r) for r in rows]
 
 
@@ -97,14 +89,9 @@ def minority_share(logps: Sequence[float], flags: Sequence[bool]) -> float:
     return float(w[np.asarray(flags, bool)].sum() / w.sum())
 
 
-def pass_at(mu: Any, k: int) -> np.ndarray:
-    """pass@k = 1 − (1 − μ)^k, elementwise."""
-    return -np.expm1(k * np.log1p(-np.clip(mu, 0.0, 1.0 - 1e-16)))
-
-
 def mean_pass_at(mu: Sequence[float], k: int) -> float:
     """The mean over prompts of pass@k = 1 − (1 − μ)^k (scalar arithmetic, prompt by prompt)."""
-    return float(np.mean([-math.expm1(k * math.log1p(-min(m, 1 - 1e-16))) for m in mu]))
+    return float(np.mean([pass_at_one(m, k) for m in mu]))
 
 
 def class_summary(
@@ -393,43 +380,6 @@ def exact_trajectory(
                 control.should_training_stop = True
 
     return ExactTrajectory()
-
-
-def sampled_summary(
-    model_path: str,
-    base_path: str,
-    task: str,
-    split: str,
-    options: dict[str, Any],
-    out: Path,
-    n: int,
-    ks: Sequence[int],
-    temperature: float,
-    max_new_tokens: int,
-    seed: int,
-) -> dict[str, Any]:
-    """The same summary from n samples per prompt (tasks whose valid set cannot be enumerated)."""
-    from eval.runner import prepare, run
-
-    job = prepare(
-        [f"base={base_path}", f"model={model_path}"], task=task, split=split, output_dir=out, base="base", n=n,
-        temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, task_options=options,
-    )  # fmt: skip
-    results = run(job, progress=False)
-    metrics = results["model"]["metrics"]
-    pass_at = {str(k): metrics["pass_at_k"].get(str(k)) for k in ks if k <= n}
-    base_pass = results["base"]["metrics"]["pass_at_k"]
-    mean: dict[str, Any] = {
-        "mu": pass_at.get("1"),
-        "pass_at": pass_at,
-        "cov_at": pass_at,  # a one-answer view: coverage is pass@k when p* is not known
-        "distinct_at": {str(n): metrics["diversity"]["distinct_correct_answers"]},
-        "entropy_valid": metrics["diversity"]["correct_answer_entropy"],
-        "kl_pstar": None,
-        "crossover_k": next((k for k in ks if k <= n and base_pass.get(str(k), 0) > pass_at[str(k)]), None),
-        "problems": metrics["problems"],
-    }
-    return {"mean": mean, "per_prompt": {}}
 
 
 def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import MIN_PROBLEMS, pass_at, path_value_at
+from collapse_bench.measure import MIN_PROBLEMS, path_value_at
 from collapse_bench.stats import mean_ci, t_quantile, t_test_p
+from rlvr_div.exact import pass_at
 
 # base validity A(x): hard, middle, near-perfect (8 of 8 correct with probability ≥ 0.66 at A ≥ 0.95)
 DIFFICULTY_BINS = ((0.0, 0.5), (0.5, 0.95), (0.95, 1.0))

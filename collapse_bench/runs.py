@@ -18,7 +18,6 @@ tables as one that was never interrupted.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import asdict
@@ -28,13 +27,13 @@ from typing import Any
 from collapse_bench.engine import (
     RESULT,
     fresh_run_dir,
+    log_path,
     logged,
     open_state,
     read_result,
     record_run,
     run_dir,
     run_pool,
-    study_lock,
     train_or_raise,
     worker_code,
 )
@@ -42,10 +41,8 @@ from collapse_bench.measure import (
     cached_base,
     exact_trajectory,
     has_classes,
-    is_enumerable,
     logprobs_of,
     measured_split,
-    sampled_summary,
     split_rows,
     summarise,
     task_structure,
@@ -54,6 +51,7 @@ from collapse_bench.measure import (
 )
 from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
+from rlvr_div.run_lock import directory_lock
 
 STATE = "benchmark.json"
 SELECTION = "selection.json"
@@ -68,7 +66,7 @@ def result_of(out: Path, bench: Benchmark, run: Run) -> dict[str, Any] | None:
 
 
 def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
-    """The base model on every split of every task (exact log-probs where the valid set is enumerable; cached in
+    """The base model on every split of every task (exact log-probs of every valid completion; cached in
     ``base/<task>.json`` by :func:`collapse_bench.measure.cached_base`)."""
     from rlvr_div.fingerprint import model_fingerprint
     from rlvr_div.models import resolve_model
@@ -79,8 +77,7 @@ def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
     for task in bench.tasks:
         what = {"fingerprint": fingerprint, "task": task.task, "task_options": task.task_options,
                 "temperature": temperature}  # fmt: skip
-        splits = bench.evaluation.splits if is_enumerable(task.task) else []
-        chosen = {split: split_rows(task.task, split, task.task_options) for split in splits}
+        chosen = {split: split_rows(task.task, split, task.task_options) for split in bench.evaluation.splits}
 
         def measure(split: str, rows: list[dict[str, Any]], task: Any = task) -> dict[str, Any]:
             return measured_split(resolve_model(bench.model), task.task, rows, temperature, bench.evaluation.ks,
@@ -103,11 +100,10 @@ def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
                 "--rehearsal_path", str(out / "rehearsal" / task.name)]  # fmt: skip
         for key, value in {**bench.common, **task.overrides, **task.rehearsal}.items():
             argv.append(f"--{key}={value}")
-        log = out / "logs" / f"rehearsal_{task.name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
-            rehearse(argv)
-        print(f"DPH-RL offline stage for {task.name}: {out / 'rehearsal' / task.name} (log: {log})", flush=True)
+        key = f"rehearsal_{task.name}"
+        logged(out, key, rehearse, argv)  # a failure: one line naming the log
+        print(f"DPH-RL offline stage for {task.name}: {out / 'rehearsal' / task.name} (log: {log_path(out, key)})",
+              flush=True)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------- one run
@@ -146,21 +142,14 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     train_seconds = time.perf_counter() - t0
     measured: dict[str, Any] = {}
     for split in bench.evaluation.splits:
-        if is_enumerable(task.task):
-            b = base["splits"][split]
-            rows = split_rows(task.task, split, task.task_options)
-            if b["prompts"] != [r["prompt"] for r in rows]:
-                raise RuntimeError(f"the base measurement of {run.task}/{split} is for other prompts")
-            logps = logprobs_of(str(directory), task.task, rows, temperature)
-            measured[split] = summarise(
-                b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks, task_structure(task.task, rows)
-            )
-        else:
-            measured[split] = sampled_summary(
-                str(directory), bench.model, task.task, split, task.task_options, directory / f"eval_{split}",
-                bench.evaluation.n, bench.evaluation.ks, temperature,
-                int(bench.common.get("max_completion_length", 256)), run.seed,
-            )  # fmt: skip
+        b = base["splits"][split]
+        rows = split_rows(task.task, split, task.task_options)
+        if b["prompts"] != [r["prompt"] for r in rows]:
+            raise RuntimeError(f"the base measurement of {run.task}/{split} is for other prompts")
+        logps = logprobs_of(str(directory), task.task, rows, temperature)
+        measured[split] = summarise(
+            b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks, task_structure(task.task, rows)
+        )
     result = {
         "run": asdict(run),
         "identity": identity,
@@ -205,7 +194,7 @@ def run_benchmark(bench: Benchmark, out: Path, fresh: bool = False, progress: bo
     """Every stage, skipping what is finished, holding the directory's lock. ``max_runs``: stop after starting
     that many runs (for tests of interruption). Returns the selections, the failures, whether it stopped early, and
     the number of runs the grid holds once every selection is made (the progress bar's total)."""
-    with study_lock(out, "collapse benchmark"):
+    with directory_lock(out, "collapse benchmark", "--out"):
         return _run_stages(bench, out, fresh, progress, max_runs)
 
 

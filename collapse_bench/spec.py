@@ -42,7 +42,7 @@ TOP_KEYS = {
 TASK_KEYS = {"name", "task", "task_options", "overrides", "methods", "rehearsal", "trajectory_every"}
 METHOD_KEYS = {"name", "label", "recipe", "overrides", "tune", "rehearsal"}
 SWEEP_KEYS = {"task", "betas", "methods", "key", "points"}
-EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "n", "trajectory_every"}
+EVAL_KEYS = {"ks", "splits", "select_on", "report_on", "trajectory_every"}
 PRIMARY_KEYS = {"task", "split", "class", "metric", "k", "min_difference", "alpha"}
 # the per-class numbers a primary comparison can be made on (``collapse_bench.classes``): curves need a k
 PRIMARY_METRICS = {"lost_at": True, "gained_at": True, "pass_at": True, "mu": False, "minority_share": False}
@@ -114,7 +114,7 @@ class Evaluation:
     splits: tuple[str, ...] = ("train", "validation", "test")
     select_on: str = "validation"
     report_on: str = "test"
-    n: int = 128  # samples per prompt where the valid set cannot be enumerated
+    n: int = 128  # no longer read or settable (tasks are measured exactly); kept so stored fingerprints still match
     # enumerable tasks: measure the training prompts exactly every this many steps during training (0: only at the
     # end), the path against which runs are compared at matched validity
     trajectory_every: int = 10
@@ -217,7 +217,6 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         splits=tuple(ev.get("splits", Evaluation.splits)),
         select_on=ev.get("select_on", Evaluation.select_on),
         report_on=ev.get("report_on", Evaluation.report_on),
-        n=int(ev.get("n", Evaluation.n)),
         trajectory_every=ev.get("trajectory_every", Evaluation.trajectory_every),
     )
     int_at_least(evaluation.trajectory_every, "evaluation.trajectory_every", 0)
@@ -243,6 +242,8 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     baseline = raw.get("baseline", names[0])
     if baseline not in names:
         raise ConfigError(f"baseline {baseline!r} is not a method; methods: {', '.join(names)}")
+    from rlvr_div.tasks import get_task_spec
+
     tasks = []
     for i, t in enumerate(raw.get("tasks") or []):
         t = checked_mapping(t, f"tasks[{i}]", TASK_KEYS)
@@ -255,6 +256,9 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
             if baseline not in only:
                 raise ConfigError(f"task {name!r} must run the baseline {baseline!r}")
         _no_reserved(t.get("overrides") or {}, f"task {name!r} overrides")
+        if get_task_spec(str(t.get("task", name))).valid_completions is None:
+            raise ConfigError(f"task {name!r}: {t.get('task', name)!r} cannot list its valid completions, and the "
+                              "benchmark measures exactly (sampled pass@k: rlvr-div eval)")  # fmt: skip
         if t.get("trajectory_every") is not None:
             int_at_least(t["trajectory_every"], f"task {name!r} trajectory_every", 0)
         tasks.append(Task(name, str(t.get("task", name)), dict(t.get("task_options") or {}),

@@ -116,10 +116,21 @@ def _log_normalise(logp: np.ndarray) -> tuple[float, np.ndarray]:
     return log_total, logp - log_total
 
 
+def pass_at(mu: Any, k: int) -> np.ndarray:
+    """pass@k = 1 − (1 − μ)^k, elementwise, as −expm1(k·log1p(−μ)) with μ clipped below 1."""
+    return -np.expm1(k * np.log1p(-np.clip(mu, 0.0, 1.0 - 1e-16)))
+
+
+def pass_at_one(mu: float, k: int) -> float:
+    """:func:`pass_at` of one μ in scalar arithmetic (``math``: numpy's array log1p and expm1 may differ from it
+    in the last bit, and the stored prompt-by-prompt numbers were computed this way)."""
+    return -math.expm1(k * math.log1p(-min(mu, 1 - 1e-16)))
+
+
 def expected_distinct(probs: np.ndarray, k: int, weights: np.ndarray | None = None) -> float:
     """Σ_y w_y·(1 − (1 − p_y)^k): with w = 1 the expected number of distinct y seen in k independent draws, with
     w = p* their expected p*-mass."""
-    seen = -np.expm1(k * np.log1p(-np.clip(probs, 0.0, 1.0 - 1e-16)))
+    seen = pass_at(probs, k)
     return float(np.sum(seen if weights is None else weights * seen))
 
 
@@ -144,7 +155,7 @@ def prompt_metrics(ex: ExactPrompt, ks: Sequence[int]) -> dict[str, Any]:
         "cov90": float(np.sum(pstar[order[:n90]])),
         "top_answer": ex.valid[int(order[0])],
         "top_share": float(pv[order[0]]),
-        "pass_at": {str(k): -math.expm1(k * math.log1p(-min(mu, 1 - 1e-16))) for k in ks},
+        "pass_at": {str(k): pass_at_one(mu, k) for k in ks},
         "distinct_at": {str(k): expected_distinct(pi, k) for k in ks},
         "cov_at": {str(k): expected_distinct(pi, k, pstar) for k in ks},
     }
@@ -153,8 +164,7 @@ def prompt_metrics(ex: ExactPrompt, ks: Sequence[int]) -> dict[str, Any]:
 def expected_lost_gained(base_mu: Sequence[float], mu: Sequence[float], k: int) -> tuple[float, float]:
     """Expected numbers of problems lost and gained at k draws each, draws independent between the two models:
     lost = Σ_x (1 − (1 − A_x)^k)·(1 − μ_x)^k (the base solves x, the model does not), gained the other way round."""
-    b = -np.expm1(k * np.log1p(-np.clip(np.asarray(base_mu, float), 0, 1 - 1e-16)))
-    m = -np.expm1(k * np.log1p(-np.clip(np.asarray(mu, float), 0, 1 - 1e-16)))
+    b, m = pass_at(np.asarray(base_mu, float), k), pass_at(np.asarray(mu, float), k)
     return float(np.sum(b * (1 - m))), float(np.sum((1 - b) * m))
 
 

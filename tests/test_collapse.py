@@ -113,6 +113,10 @@ def test_grid_shares_runs_between_tuning_and_the_beta_sweep():
         ({"evaluation": {"trajectory_every": 2.5}}, "evaluation.trajectory_every must be an integer >= 0, got 2.5"),
         ({"tasks": [{"name": "pairsum", "trajectory_every": -1}]}, "task 'pairsum' trajectory_every must be"),
         ({"tasks": [{"name": "pairsum", "task": "pairsum", "methods": ["grpo_reverse_kl"]}]}, "must run the baseline"),
+        # the benchmark measures exactly: a task that cannot list its valid completions is refused, not sampled
+        ({"tasks": [{"name": "g", "task": "gsm8k"}]}, "task 'g': 'gsm8k' cannot list its valid completions"),
+        ({"tasks": [{"name": "ghost"}]}, "unknown task 'ghost'"),
+        ({"evaluation": {"n": 64}}, "unknown key 'n'"),  # it sized the sampled measurement, now gone
     ],
 )
 def test_bad_configs_fail_in_one_line_before_anything_runs(tmp_path, edit, message, no_model_loads):
@@ -155,11 +159,11 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     import subprocess
     import sys
 
-    from collapse_bench.engine import study_lock
+    from rlvr_div.run_lock import directory_lock
 
     out = tmp_path / "out"
-    code = "import sys, time\nfrom pathlib import Path\nfrom collapse_bench.engine import study_lock\n" \
-        "with study_lock(Path(sys.argv[1]), 'collapse benchmark'):\n" \
+    code = "import sys, time\nfrom pathlib import Path\nfrom rlvr_div.run_lock import directory_lock\n" \
+        "with directory_lock(Path(sys.argv[1]), 'collapse benchmark', '--out'):\n" \
         "    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -173,8 +177,8 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     finally:
         holder.kill()
         holder.wait()
-    lock = "collapse benchmark"
-    with study_lock(out, lock), study_lock(out, lock):  # free again, and re-entrant within one process
+    lock = ("collapse benchmark", "--out")
+    with directory_lock(out, *lock), directory_lock(out, *lock):  # free again, and re-entrant within one process
         pass
     (tmp_path / "a_file").write_text("")  # a lock that cannot be made is one line too
     with pytest.raises(ConfigError, match="cannot create the lock .* beside --out"):

@@ -10,8 +10,8 @@ from collapse_bench.comparison_tables import (
     shifted_levels_table,
     versus_base_table,
 )
-from collapse_bench.measure import pass_at
 from collapse_bench.per_prompt import by_difficulty, versus_base
+from rlvr_div.exact import pass_at
 
 
 def test_versus_base_mean_and_sign():
