@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from collapse_bench.measure import class_indices, logprobs_of, minority_share, split_rows, task_structure
+from collapse_bench.measure import (
+    class_indices,
+    logprobs_of,
+    minority_share,
+    model_checkpoint,
+    split_rows,
+    task_structure,
+)
 
 BINS = (0.0, 0.2, 0.5, 0.8, 0.95, 1.0)
 SPLITS = ("train", "validation", "test")
@@ -72,21 +79,10 @@ def corpus_validity(task: str, rows: Sequence[dict[str, Any]], draws: int, seed:
     return out
 
 
-def model_path(model: str, gguf_file: str | None = None) -> str:
-    """The directory ``from_pretrained`` loads for ``model``: a built-in tiny base's name, a path or hub id, or
-    ``package:NAME`` (the installed Python package NAME's directory, where a GGUF model ships), with ``gguf_file`` the
-    GGUF file in it (dequantised once, cached)."""
-    from rlvr_div.gguf_packages import package_reference
-    from rlvr_div.models import checkpoint_path, resolve_model
-
-    model = package_reference(model)
-    return checkpoint_path(model, gguf_file) if gguf_file else resolve_model(model)
-
-
 def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int, gguf_file: str | None = None,
             splits: Sequence[str] = SPLITS, batch_size: int = 512) -> dict[str, Any]:  # fmt: skip
     """The base's profile on ``splits`` of ``task`` (see the module docstring)."""
-    path = model_path(model, gguf_file)
+    path = model_checkpoint(model, gguf_file)
     out: dict[str, Any] = {"model": model, "gguf_file": gguf_file, "task": task, "k": k, "threshold": threshold,
                            "splits": {}}  # fmt: skip
     rows_of = {split: split_rows(task, split, {}) for split in splits}

@@ -71,6 +71,7 @@ from collapse_bench.measure import (
     cached_base,
     exact_trajectory,
     measured_split,
+    model_checkpoint,
     split_rows,
     summarise,
     training_summary,
@@ -125,13 +126,6 @@ def finished_results(study: Study, out: Path) -> tuple[list[tuple[StudyRun, dict
 # --------------------------------------------------------------------------------------------- the base
 
 
-def model_checkpoint(study: Study) -> str:
-    """The directory ``from_pretrained`` loads for the study's model (a GGUF file dequantised once, cached)."""
-    from rlvr_div.models import checkpoint_path
-
-    return checkpoint_path(package_reference(study.model), study.gguf_file)
-
-
 def study_rows(study: Study, split: str) -> list[dict[str, Any]]:
     """The measured prompts of a split: its first ``prompts[split]`` rows, or all of them."""
     rows = split_rows(study.task, split, study.task_options)
@@ -148,7 +142,7 @@ def measure_base(study: Study, out: Path) -> dict[str, Any]:
     temperature = float(study.common.get("temperature", 1.0))
 
     def measure(split: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return measured_split(model_checkpoint(study), study.task, rows, temperature, study.ks,
+        return measured_split(model_checkpoint(study.model, study.gguf_file), study.task, rows, temperature, study.ks,
                               study.measure_batch_size)  # fmt: skip
 
     return cached_base(out / BASE, what, {split: study_rows(study, split) for split in SPLITS}, measure)
@@ -342,7 +336,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     anneal = arm.kind == "anneal"
     if not anneal:
         torch.manual_seed(run.seed)
-    model_path = model_checkpoint(study)
+    model_path = model_checkpoint(study.model, study.gguf_file)
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     if anneal:
         model = model.to(getattr(torch, str(arm.dtype)))

@@ -28,6 +28,16 @@ PER_PROMPT = ("mu", "kl_pstar", "kl_uniform", "entropy_valid", "effective_answer
 SHIFT_TOP = 3
 
 
+def model_checkpoint(model: str, gguf_file: str | None = None) -> str:
+    """The directory ``from_pretrained`` loads for ``model``: a built-in tiny base's name, a path or hub id, or
+    ``package:NAME`` (the installed Python package NAME's directory, where a GGUF model ships), with ``gguf_file`` the
+    GGUF file in it (dequantised once, cached)."""
+    from rlvr_div.gguf_packages import package_reference
+    from rlvr_div.models import checkpoint_path
+
+    return checkpoint_path(package_reference(model), gguf_file)
+
+
 def split_rows(task: str, split: str, options: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of a task split (as plain dicts)."""
     from rlvr_div.tasks import get_task
