@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collapse_bench.beta_spec import load_study  # noqa: E402
-from collapse_bench.beta_study import model_checkpoint, study_rows  # noqa: E402
+from collapse_bench.beta_study import study_rows  # noqa: E402
 from collapse_bench.engine import code_commit  # noqa: E402
-from collapse_bench.measure import valid_sets  # noqa: E402
+from collapse_bench.measure import model_checkpoint, valid_sets  # noqa: E402
 from rlvr_div.exact import canonical_ids, sequence_logprobs  # noqa: E402
 from rlvr_div.models import load_model, load_tokenizer  # noqa: E402
 from rlvr_div.sampling import encode_prompt  # noqa: E402
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     rows = study_rows(study, "train")[: args.prompts]
     prompts, valid = [r["prompt"] for r in rows], valid_sets(study.task, rows)
-    checkpoint = model_checkpoint(study)
+    checkpoint = model_checkpoint(study.model, study.gguf_file)
     model, tokenizer = load_model(checkpoint).eval(), load_tokenizer(checkpoint)
     eos = get_task_spec(study.task).ends_with_eos
     temperature = float(study.common.get("temperature", 1.0))
