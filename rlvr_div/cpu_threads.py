@@ -3,7 +3,7 @@
 torch's CPU kernels run on GNU OpenMP threads that spin while they wait for the next parallel region. Beside another
 busy process on a small machine the spinning threads hold the cores the other process needs, and both slow down
 several-fold. With ``OMP_WAIT_POLICY=PASSIVE`` a waiting thread sleeps instead. ``bench/bench_threads.py`` measures
-it (the numbers are in docs/benchmarks.md, "Threads under load").
+it (the numbers are in docs/benchmarks_details.md, "Threads under load").
 
 The policy is read once, when torch loads GNU OpenMP, so it must be in the environment before ``import torch``; a
 process's children inherit it (a study's workers, ``rlvr-div train`` started by a script).
