@@ -264,10 +264,7 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
         )
         for data in entry["methods"].values():
             data.pop("_results", None)
-        entry["holm_family"] = holm_flags(entry)
-        entry["holm_family_matched"] = holm_flags_matched(entry)
-        if any(data.get("levels_shifted") for data in entry["methods"].values()):
-            entry["holm_family_shifted"] = holm_flags_shifted(entry)
+        holm_families(entry)
         agg["tasks"][task.name] = entry
     if bench.beta_sweep is not None:
         agg["beta_sweep"] = beta_sweep(bench, out)
@@ -323,46 +320,33 @@ def prompt_comparisons(
     return out
 
 
-def holm_flags(entry: dict[str, Any], alpha: float = 0.05) -> int:
-    """Holm–Bonferroni over a task's family of paired comparisons against the baseline (every method × split ×
-    paired metric, ``PAIRED``): each paired difference gets ``p`` (paired t-test) and ``holm`` (True: it survives
-    the correction at ``alpha``). Returns the family's size."""
-    family = {
-        (name, split, key): diff
-        for name, data in entry["methods"].items()
-        for split, diffs in (data.get("paired_vs_baseline") or {}).items()
-        for key, diff in diffs.items()
-    }
-    return holm_paired(family, alpha)
-
-
-def holm_flags_matched(entry: dict[str, Any], alpha: float = 0.05) -> int:
-    """Holm–Bonferroni over a task's family of matched-validity comparisons (the primary ones: every method × each
-    fixed validity level × effective answers and KL(p*‖π_v), and every method's end point against the baseline's
-    path × the same two numbers): each difference gets ``p`` and ``holm`` as in :func:`holm_flags`. Returns the
-    family's size."""
-    family = {}
+def holm_families(entry: dict[str, Any], alpha: float = 0.05) -> None:
+    """Holm–Bonferroni over each of a task's families of comparisons against the baseline: each difference gets
+    ``p`` (paired t-test) and ``holm`` (True: it survives the correction at ``alpha``), and ``entry`` each family's
+    size (the number tested):
+    - ``holm_family``: the paired comparisons, every method × split × paired metric (``PAIRED``);
+    - ``holm_family_matched``: the matched-validity comparisons (the primary ones), every method × each fixed
+      validity level × effective answers and KL(p*‖π_v), and every method's end point against the baseline's path ×
+      the same two numbers;
+    - ``holm_family_shifted``, where measured: the shifted-verifier comparisons at matched validity, every method ×
+      each fixed validity level, Δ pass@K under the shifted verifier (Δ π(S) is descriptive)."""
+    paired, matched, shifted = {}, {}, {}
     for name, data in entry["methods"].items():
-        for i, level in enumerate(data.get("levels") or []):
+        for split, diffs in (data.get("paired_vs_baseline") or {}).items():
+            for key, diff in diffs.items():
+                paired[(name, split, key)] = diff
+        points: list[tuple[Any, dict[str, Any]]] = list(enumerate(data.get("levels") or []))
+        if data.get("matched_validity"):
+            points.append(("end", data["matched_validity"]))
+        for i, level in points:
             for key in ("effective_answers", "kl_pstar"):
-                family[(name, i, key)] = level[key]
-        matched = data.get("matched_validity")
-        if matched:
-            for key in ("effective_answers", "kl_pstar"):
-                family[(name, "end", key)] = matched[key]
-    return holm_paired(family, alpha)
-
-
-def holm_flags_shifted(entry: dict[str, Any], alpha: float = 0.05) -> int:
-    """Holm–Bonferroni over a task's family of shifted-verifier comparisons at matched validity (every method × each
-    fixed validity level, Δ pass@K under the shifted verifier; Δ π(S) is descriptive): ``p`` and ``holm`` as in
-    :func:`holm_flags`. Returns the family's size."""
-    family = {
-        (name, i): level["shifted_pass_kmax"]
-        for name, data in entry["methods"].items()
-        for i, level in enumerate(data.get("levels_shifted") or [])
-    }
-    return holm_paired(family, alpha)
+                matched[(name, i, key)] = level[key]
+        for i, level in enumerate(data.get("levels_shifted") or []):
+            shifted[(name, i)] = level["shifted_pass_kmax"]
+    entry["holm_family"] = holm_paired(paired, alpha)
+    entry["holm_family_matched"] = holm_paired(matched, alpha)
+    if shifted:
+        entry["holm_family_shifted"] = holm_paired(shifted, alpha)
 
 
 def code_states(bench: Benchmark, out: Path) -> dict[str, int]:

@@ -58,7 +58,7 @@ def test_the_measurement_records_it_along_paths_and_in_the_flat_metrics():
 
 
 def test_holm_runs_over_every_method_and_level_of_the_shifted_family():
-    from collapse_bench.aggregate import holm_flags_shifted
+    from collapse_bench.aggregate import holm_families
     from collapse_bench.stats import paired_difference
 
     big = paired_difference({1: 0.5, 2: 0.52, 3: 0.51}, {1: 0.0, 2: 0.0, 3: 0.0})
@@ -68,6 +68,7 @@ def test_holm_runs_over_every_method_and_level_of_the_shifted_family():
         "b": {"levels_shifted": [{"shifted_pass_kmax": dict(big)}]},
         "grpo": {},
     }}  # fmt: skip
-    assert holm_flags_shifted(entry) == 3
+    holm_families(entry)
+    assert entry["holm_family_shifted"] == 3
     flags = [lv["shifted_pass_kmax"]["holm"] for m in ("a", "b") for lv in entry["methods"][m]["levels_shifted"]]
     assert flags == [True, False, True]
