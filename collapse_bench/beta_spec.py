@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from math import gcd
+from math import gcd, inf
 from pathlib import Path
 from typing import Any
 
 from collapse_bench.measure import PER_PROMPT_PATH_KEYS
-from collapse_bench.spec import RESERVED, checked_mapping, int_at_least, is_number, number_list, recipe_file
+from collapse_bench.spec import RESERVED, a_number, checked_mapping, int_at_least, number_list, recipe_file
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
 
@@ -140,12 +140,6 @@ class StudyRun:
         return f"{self.arm}/{'none' if self.beta is None else f'{self.beta:g}'}/seed{self.seed}"
 
 
-def _positive_number(value: Any, where: str) -> float:
-    if not is_number(value) or not 0 < value < float("inf"):
-        raise ConfigError(f"{where} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]) -> dict[str, Any]:
     """The anneal arm's own keys, checked (refused on any other kind)."""
     own = {k: a[k] for k in ANNEAL_ONLY if k in a}
@@ -160,13 +154,11 @@ def _anneal_settings(name: str, kind: str, a: dict[str, Any], betas: list[float]
     if dtype not in DTYPES:
         raise ConfigError(f"arm {name!r}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     final = own.get("final_learning_rate")
-    if final is not None and (not is_number(final) or final <= 0):
-        raise ConfigError(f"arm {name!r}: final_learning_rate must be a positive number, got {final!r}")
+    if final is not None:
+        final = a_number(final, f"arm {name!r}: final_learning_rate", "a positive number", lambda v: v <= 0)
     perturbation = own.get("perturbation", 0.0)
-    if not is_number(perturbation) or perturbation < 0:
-        raise ConfigError(f"arm {name!r}: perturbation must be a number >= 0, got {perturbation!r}")
-    return {"final_learning_rate": None if final is None else float(final), "dtype": dtype,
-            "perturbation": float(perturbation)}  # fmt: skip
+    perturbation = a_number(perturbation, f"arm {name!r}: perturbation", "a number >= 0", lambda v: v < 0)
+    return {"final_learning_rate": final, "dtype": dtype, "perturbation": perturbation}
 
 
 def read_study_config(path: Path) -> dict[str, Any]:
@@ -207,10 +199,8 @@ def load_study(path: str | Path) -> Study:
         raise ConfigError(f"common sets {bad[0]!r}, which the study sets for each run")
     int_at_least(common.get("max_steps"), "common.max_steps", 1)
     conv = checked_mapping(raw.get("convergence") or {}, "convergence", CONVERGENCE_KEYS)
-    numbers = {k: v for k, v in conv.items() if not is_number(v)}
-    if numbers:
-        key = next(iter(numbers))
-        raise ConfigError(f"convergence.{key} must be a number, got {conv[key]!r}")
+    for key, value in conv.items():
+        a_number(value, f"convergence.{key}", "a number", lambda v: False)
     convergence = Convergence(**conv)
     if not 0 < convergence.window <= 0.5 or not convergence.tolerance > 0 or convergence.min_steps < 0:
         raise ConfigError(f"convergence needs 0 < window <= 0.5, tolerance > 0 and min_steps >= 0, got {conv}")
@@ -268,10 +258,8 @@ def load_study(path: str | Path) -> Study:
     path_dense = None
     if raw.get("path_dense") is not None:
         dense = checked_mapping(raw["path_dense"], "path_dense", PATH_DENSE_KEYS)
-        above = dense.get("above_mu")
-        if not is_number(above) or not 0 <= above < 1:
-            raise ConfigError(f"path_dense.above_mu must be a number in [0, 1), got {above!r}")
-        path_dense = PathDense(float(above), int_at_least(dense.get("every"), "path_dense.every", 1))
+        above = a_number(dense.get("above_mu"), "path_dense.above_mu", "a number in [0, 1)", lambda v: not 0 <= v < 1)
+        path_dense = PathDense(above, int_at_least(dense.get("every"), "path_dense.every", 1))
     per_prompt = raw.get("path_per_prompt", False)
     if not isinstance(per_prompt, bool):
         raise ConfigError(f"path_per_prompt must be true or false, got {per_prompt!r}")
@@ -312,7 +300,7 @@ def load_study(path: str | Path) -> Study:
         prompts=dict(prompts),
         samples=samples,
         measure_batch_size=int_at_least(raw.get("measure_batch_size", 512), "measure_batch_size", 1),
-        reached_kl=_positive_number(raw.get("reached_kl", 0.01), "reached_kl"),
+        reached_kl=a_number(raw.get("reached_kl", 0.01), "reached_kl", "a positive number", lambda v: not 0 < v < inf),
         path_dense=path_dense,
         path_per_prompt=per_prompt,
         primary=primary,

@@ -207,8 +207,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     tune_seed = raw.get("tune_seed", 0)
     if not isinstance(tune_seed, int) or tune_seed in seeds:
         raise ConfigError(f"tune_seed must be an integer that is not a reported seed {seeds}, got {tune_seed!r}")
-    for key in ("workers", "threads"):
-        int_at_least(raw.get(key, 1), key, 1)
+    workers, threads = (int_at_least(raw.get(key, 1), key, 1) for key in ("workers", "threads"))
     common = checked_mapping(raw.get("common", {}), "common")
     _no_reserved(common, "common")
     ev = checked_mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
@@ -294,8 +293,8 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
         model=str(raw.get("model", "tiny")),
         seeds=tuple(seeds),
         tune_seed=tune_seed,
-        workers=int(raw.get("workers", 1)),
-        threads=int(raw.get("threads", 1)),
+        workers=workers,
+        threads=threads,
         common=dict(common),
         evaluation=evaluation,
         tasks=tuple(tasks),
@@ -329,17 +328,22 @@ def _primary(raw: Any, tasks: list[Task], evaluation: Evaluation) -> Primary:
     if PRIMARY_METRICS[p["metric"]] and k not in evaluation.ks:
         raise ConfigError(f"primary.k {k!r} is not one of evaluation.ks {list(evaluation.ks)}")
 
-    min_difference, alpha = p["min_difference"], p.get("alpha", 0.05)
-    if not is_number(min_difference) or min_difference < 0:
-        raise ConfigError(f"primary.min_difference must be a number >= 0, got {min_difference!r}")
-    if not is_number(alpha) or not 0 < alpha < 1:
-        raise ConfigError(f"primary.alpha must be a number in (0, 1), got {alpha!r}")
-    return Primary(str(p["task"]), p["split"], str(p["class"]), p["metric"], k, float(min_difference), float(alpha))
+    min_difference = a_number(p["min_difference"], "primary.min_difference", "a number >= 0", lambda v: v < 0)
+    alpha = a_number(p.get("alpha", 0.05), "primary.alpha", "a number in (0, 1)", lambda v: not 0 < v < 1)
+    return Primary(str(p["task"]), p["split"], str(p["class"]), p["metric"], k, min_difference, alpha)
 
 
 def is_number(x: Any) -> bool:
     """An int or a float, not a bool."""
     return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def a_number(value: Any, where: str, what: str, refuse: Callable[[float], bool]) -> float:
+    """``value`` as a float if it is a number that ``refuse`` does not refuse; else the one-line ConfigError
+    "``where`` must be ``what``, got ``value``"."""
+    if not is_number(value) or refuse(value):
+        raise ConfigError(f"{where} must be {what}, got {value!r}")
+    return float(value)
 
 
 def number_list(value: Any, ok: Callable[[float], bool]) -> bool:
