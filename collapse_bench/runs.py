@@ -166,11 +166,6 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     return result
 
 
-def _execute(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> dict[str, Any]:
-    """``execute_run`` with its console output (progress bars, warnings) in the run's log file."""
-    return logged(Path(out), run.key, execute_run, bench, out, run, base)
-
-
 # --------------------------------------------------------------------------------------------- the whole grid
 
 
@@ -273,8 +268,8 @@ def _run_stages(bench: Benchmark, out: Path, fresh: bool, progress: bool, max_ru
             print(f"\nrun failed: {failure}", flush=True)
         bar.update(1)
 
-    def task(run: Run) -> tuple[Any, tuple[Any, ...]]:
-        return _execute, (bench, str(out), run, bases.get(run.task, {}))
+    def task(run: Run) -> tuple[Any, tuple[Any, ...]]:  # execute_run, its console output in the run's log file
+        return logged, (out, run.key, execute_run, bench, str(out), run, bases.get(run.task, {}))
 
     started = run_pool(bench.workers, bench.threads, task, ready, done, max_runs, max_tasks_per_child=20)
     bar.close()
