@@ -61,10 +61,6 @@ def findings(path: Path = FINDINGS) -> list[str]:
     return match.group(1).strip().splitlines() if match else []
 
 
-def _demote(lines: list[str]) -> list[str]:
-    return [("#" + line) if re.match(r"#+ ", line) else line for line in lines]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rlvr-div demo``."""
     from collapse_bench.cli import report
@@ -98,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         lines += findings() or ["(docs/collapse.md has no findings block yet)"]
         lines += ["", "## This demo's runs", ""]
-        lines += _demote(tables.read_text().splitlines()[1:])  # without its title
+        tables_lines = tables.read_text().splitlines()[1:]  # without its title, each heading a level lower
+        lines += [("#" + line) if re.match(r"#+ ", line) else line for line in tables_lines]
         path = out / REPORT
         path.write_text("\n".join(lines) + "\n")
     print(f"report: {path}  ({seconds:.0f} s in this invocation)")
