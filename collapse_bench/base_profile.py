@@ -42,10 +42,8 @@ SPLITS = ("train", "validation", "test")
 
 def near_perfect_share(mu: Sequence[float], k: int, threshold: int) -> float:
     """Mean over prompts of P(at least ``threshold`` of ``k`` independent samples are correct), validity ``mu``."""
-    out = []
-    for m in mu:
-        out.append(sum(math.comb(k, j) * m**j * (1 - m) ** (k - j) for j in range(threshold, k + 1)))
-    return float(np.mean(out))
+    tail = [sum(math.comb(k, j) * m**j * (1 - m) ** (k - j) for j in range(threshold, k + 1)) for m in mu]
+    return float(np.mean(tail))
 
 
 def pstar_skew(base_logp: np.ndarray) -> tuple[float, float]:
