@@ -199,10 +199,10 @@ def worker_code() -> str:
     return _WORKER_CODE
 
 
-def _exit_with_parent(parent: int, every: float = 2.0) -> None:
-    """End this process as soon as its parent ``parent`` is gone (it is then re-parented)."""
+def _exit_with_parent(parent: int) -> None:
+    """End this process as soon as its parent ``parent`` is gone (it is then re-parented; looked at every 2 s)."""
     while os.getppid() == parent:
-        time.sleep(every)
+        time.sleep(2.0)
     os._exit(1)
 
 
