@@ -215,8 +215,7 @@ def summarise(
     for k in ks:
         lost, gained = expected_lost_gained(base_mu, mu, k)
         mean["lost_at"][str(k)], mean["gained_at"][str(k)] = lost, gained
-    base_pass = {str(k): mean_pass_at(base_mu, k) for k in ks}
-    mean["base_ahead_at_1"] = base_pass["1"] >= mean["pass_at"]["1"] if "1" in base_pass else None
+    mean["base_ahead_at_1"] = mean_pass_at(base_mu, 1) >= mean["pass_at"]["1"] if "1" in mean["pass_at"] else None
     mean["crossover_k"] = crossover_k(mean, ks)
     mean["problems"] = len(rows)
     per_prompt = {k: [r[k] for r in rows] for k in (*PER_PROMPT, "top_answer")}
