@@ -93,13 +93,8 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int, gg
         bins = []
         for lo, hi in zip(BINS[:-1], BINS[1:]):
             idx = [i for i, m in enumerate(mu) if lo <= m < hi or (hi == 1.0 and m == 1.0)]
-            bins.append(
-                {
-                    "range": [lo, hi],
-                    "prompts": len(idx),
-                    "mean_mu": float(np.mean([mu[i] for i in idx])) if idx else None,
-                }
-            )
+            mean_mu = float(np.mean([mu[i] for i in idx])) if idx else None
+            bins.append({"range": [lo, hi], "prompts": len(idx), "mean_mu": mean_mu})
         structure = task_structure(task, rows)
         classes: dict[str, Any] = {}
         for c, idx in class_indices(structure.classes if structure and structure.classes else []).items():
@@ -111,9 +106,8 @@ def profile(model: str, task: str, k: int, threshold: int, corpus_draws: int, gg
                 else None,
             }
             if structure.minority is not None:
-                classes[c]["minority_share"] = float(
-                    np.mean([minority_share(logps[i], structure.minority[i]) for i in idx])
-                )
+                shares = [minority_share(logps[i], structure.minority[i]) for i in idx]
+                classes[c]["minority_share"] = float(np.mean(shares))
         out["splits"][split] = {
             "prompts": len(rows),
             "mean_mu": float(np.mean(mu)),
@@ -160,10 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   class {c}: {entry['prompts']} prompts, base validity {entry['mean_mu']:.3f} (corpus "
                   f"{entry['corpus_mean_validity']:.3f})"
                   + ("" if share is None else f", minority strategy's share of valid mass {share:.3f}"))  # fmt: skip
-        print(
-            "   by base validity: "
-            + ", ".join(f"[{b['range'][0]}, {b['range'][1]}): {b['prompts']}" for b in s["by_base_mu"])
-        )
+        bins = ", ".join(f"[{b['range'][0]}, {b['range'][1]}): {b['prompts']}" for b in s["by_base_mu"])
+        print(f"   by base validity: {bins}")
     return 0
 
 
