@@ -109,8 +109,7 @@ def class_summary(
 ) -> dict[str, Any]:
     """One class of prompts: mean validity, pass@k, the minority strategy's share (when known), and the expected
     problems lost and gained against the base at every k (expected counts, :func:`expected_lost_gained`)."""
-    n = len(mu)
-    out: dict[str, Any] = {"problems": n, "mu": float(np.mean(mu))}
+    out: dict[str, Any] = {"problems": len(mu), "mu": float(np.mean(mu))}
     out["pass_at"] = {str(k): mean_pass_at(mu, k) for k in ks}
     if share is not None:
         out["minority_share"] = float(np.mean(share))
@@ -213,8 +212,7 @@ def summarise(
     base_mu, mu = [r["base_mu"] for r in rows], [r["mu"] for r in rows]
     mean["lost_at"], mean["gained_at"] = {}, {}
     for k in ks:
-        lost, gained = expected_lost_gained(base_mu, mu, k)
-        mean["lost_at"][str(k)], mean["gained_at"][str(k)] = lost, gained
+        mean["lost_at"][str(k)], mean["gained_at"][str(k)] = expected_lost_gained(base_mu, mu, k)
     mean["base_ahead_at_1"] = mean_pass_at(base_mu, 1) >= mean["pass_at"]["1"] if "1" in mean["pass_at"] else None
     mean["crossover_k"] = crossover_k(mean, ks)
     mean["problems"] = len(rows)
@@ -398,14 +396,9 @@ def training_summary(metrics_path: Path, window: int = 10) -> dict[str, Any]:
     rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
     logged = [r for r in rows if "reward" in r]
     rewards = [r["reward"] for r in logged]
-    reached = next(
-        (
-            logged[i]["step"]
-            for i in range(window - 1, len(rewards))
-            if statistics.mean(rewards[i - window + 1 : i + 1]) >= 0.9
-        ),
-        None,
-    )
+    # the last indices of the windows whose mean reward reached 0.9
+    ends = [i for i in range(window - 1, len(rewards)) if statistics.mean(rewards[i - window + 1 : i + 1]) >= 0.9]
+    reached = logged[ends[0]]["step"] if ends else None
     return {
         "steps": max((r["step"] for r in rows), default=0),  # with num_iterations > 1 not every step samples
         "reward_first": statistics.mean(rewards[:window]) if rewards else None,
