@@ -268,19 +268,6 @@ def _budget(study: Study, arm: Arm) -> tuple[float, int]:
     return lr, int(arm.max_steps or study.common["max_steps"])
 
 
-def _exact_point(study: Study, b: dict[str, Any], batch: Any, logp: Any, beta: float) -> dict[str, Any]:
-    """A path point of an exact arm from the flat valid-set log-probs ``logp`` (prompt after prompt): the trajectory
-    numbers and the objective J at ``beta``."""
-    from rlvr_div.exact_objective import exact_objective
-
-    flat, logps = logp.tolist(), []
-    for ys in b["valid"]:
-        logps.append(flat[: len(ys)])
-        flat = flat[len(ys) :]
-    mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
-    return {**trajectory_point(mean, max(study.ks)), "objective": float(exact_objective(logp, batch, beta))}
-
-
 def weights_path(out: Path, run: StudyRun) -> Path:
     """Where an anneal run keeps its end weights (a state dict), the next β's start."""
     return out / WEIGHTS / run.key / "model.pt"
@@ -326,6 +313,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     from rlvr_div.exact_objective import (
         ascend,
         closed_form_objective,
+        exact_objective,
         kl_to_tilted,
         valid_set_batch,
         valid_set_logprobs,
@@ -348,7 +336,14 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
     temperature = float(study.common.get("temperature", 1.0))
 
     def point(step: int, logp: Any, grad_norm: float | None) -> dict[str, Any]:
-        numbers = _exact_point(study, b, batch, logp, beta)
+        """A path point from the flat valid-set log-probs ``logp`` (prompt after prompt): the trajectory numbers and
+        the objective J at β; an anneal arm's also J* − J and KL(π̄‖p̄_β)."""
+        flat, logps = logp.tolist(), []
+        for ys in b["valid"]:
+            logps.append(flat[: len(ys)])
+            flat = flat[len(ys) :]
+        mean = summarise(b["prompts"], b["valid"], logps, b["logps"], study.ks)["mean"]
+        numbers = {**trajectory_point(mean, max(study.ks)), "objective": float(exact_objective(logp, batch, beta))}
         if anneal:
             numbers |= {"gap": best - numbers["objective"], "kl_p_beta": float(kl_to_tilted(logp, batch, beta))}
         return {"step": step, **numbers, "grad_norm": grad_norm}
