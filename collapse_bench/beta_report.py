@@ -13,6 +13,7 @@ from typing import Any
 from collapse_bench.aggregate import matched_levels
 from collapse_bench.beta_spec import Study
 from collapse_bench.beta_study import BASE, STATE, finished_results
+from collapse_bench.markdown import marked
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
@@ -228,8 +229,7 @@ def frontier(study: Study, out: Path, baseline: str = "grpo") -> list[str]:
         for lv in matched_levels(by_seed, base, FRONTIER_LEVELS, ("effective_answers", "kl_pstar")):
             if not lv["seeds"]:
                 continue
-            cells = [_pm(lv[k], d) + (" **" if lv[k]["separated"] else "") for k, d in
-                     (("effective_answers", 2), ("kl_pstar", 2))]  # fmt: skip
+            cells = [marked(lv["effective_answers"], 2), marked(lv["kl_pstar"], 2)]
             rows.append([arm, "—" if beta is None else f"{beta:g}", f"{lv['mu']:.2f}", str(len(lv["seeds"])), *cells])
     head = ["arm", "β", "μ", "seeds", "Δ eff. answers", "Δ KL(p*‖π_v)"]
     return [f"Each arm against `{baseline}` at the same validity μ on the training prompts, read off both training "
@@ -251,10 +251,10 @@ def arm_comparison(agg: dict[str, Any]) -> list[str]:
             r = by_beta.get(c["beta"])
             if r is None:
                 continue
-            cells = []
-            for key, digits in (("mu", 3), ("effective_answers", 2), ("kl_pstar", 2)):
-                d = paired_difference(c["per_seed"]["train"][key], r["per_seed"]["train"][key])
-                cells.append(_pm(d, digits) + (" **" if d["separated"] else "") if d["mean"] is not None else "—")
+            cells = [
+                marked(paired_difference(c["per_seed"]["train"][key], r["per_seed"]["train"][key]), digits)
+                for key, digits in (("mu", 3), ("effective_answers", 2), ("kl_pstar", 2))
+            ]
             rows.append([f"{name} − {ref_name}", f"{c['beta']:g}", str(len(c["seeds"])), *cells])
     if not rows:
         return []

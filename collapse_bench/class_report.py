@@ -110,7 +110,7 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
         ax.set_ylabel(f"problems lost against the base (of {entry['base_by_class'][split][c]['problems']})")
         ax.set_title(f"{name}: class '{c}', {split} split (mean ± 95% CI over seeds)", fontsize=9)
         ax.grid(alpha=0.3)
-    paths.append(_save(fig, axes, out / f"lost_{name}.png"))
+    paths.append(save(fig, out / f"lost_{name}.png", 110, axes[0][-1], 6))
     keys = [f"minority_share_{c}" for c in classes]
     if any((m.get("held_out_path") or {}).get(k) for m in entry["methods"].values() for k in keys):
         fig, axes = plt.subplots(1, len(classes), figsize=(6.2 * len(classes), 4.6), squeeze=False)
@@ -126,11 +126,5 @@ def write_class_plots(name: str, entry: dict[str, Any], split: str, ks: list[int
             ax.set_ylabel("π(minority strategy | valid) (exact)")
             ax.set_title(f"{name}: class '{c}', {split} split (mean over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
-        paths.append(_save(fig, axes, out / f"minority_{name}.png"))
+        paths.append(save(fig, out / f"minority_{name}.png", 110, axes[0][-1], 6))
     return paths
-
-
-def _save(fig: Any, axes: Any, path: Path) -> Path:
-    """One legend right of the last panel, then the figure written to ``path`` and closed."""
-    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return save(fig, path, 110)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collapse_bench.markdown import below_precision
-from collapse_bench.markdown import marks as _marks
+from collapse_bench.markdown import below_precision, marked
 from collapse_bench.markdown import pm as _cell
 from collapse_bench.markdown import table as _table
 
@@ -61,7 +60,7 @@ def _paired(diff: dict[str, Any], digits: int) -> str:
     ends = [diff[k] for k in ("mean", "lo", "hi") if diff.get(k) is not None]
     if diff.get("mean") is not None and below_precision(ends, digits):
         return "≈ 0"
-    return f"{_cell(diff, digits)}{_marks(diff)}"
+    return marked(diff, digits)
 
 
 def _at_levels(entry: dict[str, Any], key: str, columns: tuple[tuple[str, int], ...], heading: str) -> list[str]:

@@ -31,6 +31,11 @@ def marks(diff: dict[str, Any]) -> str:
     return (" **" if diff.get("separated") else "") + (" †" if diff.get("holm") else "")
 
 
+def marked(diff: dict[str, Any], digits: int = 3) -> str:
+    """A paired difference as 'mean ± half-width' (:func:`pm`) with its :func:`marks`."""
+    return pm(diff, digits) + marks(diff)
+
+
 def diff_cell(diff: dict[str, Any] | None, digits: int = 3, claim: bool = False) -> str:
     """A paired difference as 'signed mean ± half-width': '≈ 0', unmarked, where the mean and both ends of its
     interval round to 0 at ``digits`` (a difference below display precision claims nothing); with ``claim``, then

@@ -17,8 +17,11 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: Path, dpi: int) -> Path:
-    """The figure laid out tightly, written to ``path`` at ``dpi`` and closed."""
+def save(fig: Any, path: Path, dpi: int, legend_right_of: Any = None, legend_size: float = 6.5) -> Path:
+    """The figure laid out tightly, written to ``path`` at ``dpi`` and closed; with ``legend_right_of``, first that
+    panel's legend (at ``legend_size``) right of it."""
+    if legend_right_of is not None:
+        legend_right_of.legend(fontsize=legend_size, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     pyplot().close(fig)

@@ -17,7 +17,7 @@ from collapse_bench.comparison_tables import (
     shifted_table,
     versus_base_table,
 )
-from collapse_bench.markdown import marks as _marks
+from collapse_bench.markdown import marked as _marked
 from collapse_bench.markdown import num as _num
 from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
@@ -105,13 +105,10 @@ def paired_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
     rows = []
     for m in entry["methods"].values():
         paired = (m.get("paired_vs_baseline") or {}).get(split)
-        if not paired:
-            continue
-        cells = []
-        for key, _ in keys:
-            d = paired[key]
-            cells.append(_pm(d, 3 if key != "effective_answers" else 2) + _marks(d))
-        rows.append([m["label"]] + cells)
+        if paired:
+            rows.append(
+                [m["label"], *(_marked(paired[key], 2 if key == "effective_answers" else 3) for key, _ in keys)]
+            )
     return _table(["method vs baseline, paired by seed"] + [h for _, h in keys], rows)
 
 
@@ -124,11 +121,10 @@ def matched_table(entry: dict[str, Any], kmax: int) -> list[str]:
         if not mv:
             continue
         n = len(mv["seeds"]) + len(mv["unmatched"])
-        cells = [m["label"], f"{len(mv['seeds'])}/{n}"]
-        for key, digits in (("effective_answers", 2), ("cov_at_kmax", 3), ("kl_pstar", 2)):
-            d = mv[key]
-            cells.append(_pm(d, digits) + _marks(d))
-        rows.append(cells)
+        cells = [
+            _marked(mv[key], digits) for key, digits in (("effective_answers", 2), ("cov_at_kmax", 3), ("kl_pstar", 2))
+        ]
+        rows.append([m["label"], f"{len(mv['seeds'])}/{n}", *cells])
     if not rows:
         return []
     return _table(["method vs the baseline at the method's validity, paired by seed", "seeds compared",
@@ -198,8 +194,7 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             ax.set_ylabel(y_label)
             ax.set_title(f"{name}: {title} (mean ± 95% CI over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        paths.append(save(fig, out / f"pareto_{name}.png", 110))
+        paths.append(save(fig, out / f"pareto_{name}.png", 110, axes[0][-1]))
         if multi:
             fig, ax = plt.subplots(figsize=(7.5, 4.8))
             base = entry["base"]["train"]
@@ -220,8 +215,7 @@ def write_plots(agg: dict[str, Any], out: Path, toy: dict[str, Any] | None, base
             ax.set_ylabel("effective valid answers exp H(π(·|valid)) (exact)")
             ax.set_title(f"{name}: validity vs diversity (mean ± 95% CI over seeds)", fontsize=9)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
-            paths.append(save(fig, out / f"frontier_{name}.png", 110))
+            paths.append(save(fig, out / f"frontier_{name}.png", 110, ax))
         paths += write_class_plots(name, entry, split, agg["ks"], out)
     if "beta_sweep" in agg:
         paths.append(_sweep_plot(agg, out, toy, base_mu))
