@@ -223,9 +223,7 @@ def load_study(path: str | Path) -> Study:
         kind = a.get("kind", "sampled")
         if kind not in KINDS:
             raise ConfigError(f"arm {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        recipe = None
-        if kind not in ("exact", "anneal"):
-            recipe = recipe_file(root, a.get("recipe"), f"arm {name!r}")
+        recipe = None if kind in ("exact", "anneal") else recipe_file(root, a.get("recipe"), f"arm {name!r}")
         if kind == "sampled" and not isinstance(a.get("key"), str):
             raise ConfigError(f"arm {name!r}: a sampled arm needs `key`, the recipe key that β sets")
         overrides = a.get("overrides") or {}

@@ -104,8 +104,7 @@ class Primary:
     alpha: float = 0.05
 
     def describe(self) -> dict[str, Any]:
-        return {"task": self.task, "split": self.split, "class": self.cls, "metric": self.metric, "k": self.k,
-                "min_difference": self.min_difference, "alpha": self.alpha}  # fmt: skip
+        return {"class" if key == "cls" else key: value for key, value in asdict(self).items()}
 
 
 @dataclass(frozen=True)
