@@ -147,9 +147,8 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
         if b["prompts"] != [r["prompt"] for r in rows]:
             raise RuntimeError(f"the base measurement of {run.task}/{split} is for other prompts")
         logps = logprobs_of(str(directory), task.task, rows, temperature)
-        measured[split] = summarise(
-            b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks, task_structure(task.task, rows)
-        )
+        structure = task_structure(task.task, rows)
+        measured[split] = summarise(b["prompts"], b["valid"], logps, b["logps"], bench.evaluation.ks, structure)
     result = {
         "run": asdict(run),
         "identity": identity,

@@ -32,9 +32,8 @@ def sampled_and_exact(
         "max_steps": steps, "logging_steps": 1, "bf16": False, "use_cpu": True,
     } | run_settings("pairsum", {"max_target": 25}, seed, out)  # fmt: skip
     callback = exact_trajectory(prompts, valid, base, [1], 1, 1.0, path)
-    if train(
-        recipe_argv(str(Path(__file__).resolve().parents[1] / "recipes/tiny/grpo.yaml"), settings), callbacks=[callback]
-    ):
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes/tiny/grpo.yaml")
+    if train(recipe_argv(recipe, settings), callbacks=[callback]):
         raise RuntimeError(f"training failed; see {out}")
     summary = summarise(prompts, valid, base, base, [1])
     mu = {0: summary["mean"]["mu"]} | {p["step"]: p["mu"] for p in path}
