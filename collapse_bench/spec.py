@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,13 +210,8 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
     common = checked_mapping(raw.get("common", {}), "common")
     _no_reserved(common, "common")
     ev = checked_mapping(raw.get("evaluation", {}), "evaluation", EVAL_KEYS)
-    evaluation = Evaluation(
-        ks=tuple(int(k) for k in ev.get("ks", Evaluation.ks)),
-        splits=tuple(ev.get("splits", Evaluation.splits)),
-        select_on=ev.get("select_on", Evaluation.select_on),
-        report_on=ev.get("report_on", Evaluation.report_on),
-        trajectory_every=ev.get("trajectory_every", Evaluation.trajectory_every),
-    )
+    evaluation = Evaluation(**ev)  # then the YAML's lists as tuples, ks as integers
+    evaluation = replace(evaluation, ks=tuple(int(k) for k in evaluation.ks), splits=tuple(evaluation.splits))
     int_at_least(evaluation.trajectory_every, "evaluation.trajectory_every", 0)
     if not evaluation.ks or min(evaluation.ks) < 1 or list(evaluation.ks) != sorted(set(evaluation.ks)):
         raise ConfigError(f"evaluation.ks must be increasing integers >= 1, got {list(evaluation.ks)}")
@@ -281,7 +276,7 @@ def load_benchmark(path: str | Path, overrides: dict[str, Any] | None = None) ->
                 if m.tune_key not in (None, key):
                     raise ConfigError(f"beta_sweep method {m.name!r} tunes {m.tune_key!r}, not the swept {key!r}")
                 tune = {key: [float(v) for v in m.tune.get(key, [])]} if m.tune else {}
-                methods[i] = Method(m.name, m.label, m.recipe, m.overrides, tune, m.rehearsal)  # β values as floats
+                methods[i] = replace(m, tune=tune)  # β values as floats
         points = tuple(s.get("points") or ())
         bad = [x for x in points if x not in names]
         if bad:
