@@ -231,13 +231,10 @@ def aggregate(bench: Benchmark, out: Path) -> dict[str, Any]:
             if any(r.get("trajectory") for r in baseline_results.values()) and multi_answer(entry, "train"):
                 # (with one valid answer per prompt every diversity number is the same for every policy)
                 data["matched_validity"] = matched_validity(results, baseline_results, ks[-1])
-                data["levels"] = matched_levels(
-                    {s: r.get("trajectory") or [] for s, r in results.items()},
-                    {s: r.get("trajectory") or [] for s, r in baseline_results.items()},
-                    LEVELS,
-                )
-                paths = [p for r in (*results.values(), *baseline_results.values()) for p in r.get("trajectory") or []]
-                if paths and all("shifted_pass_kmax" in p for p in paths):
+                paths = {s: r.get("trajectory") or [] for s, r in results.items()}
+                data["levels"] = matched_levels(paths, entry["baseline_paths"], LEVELS)
+                points = [p for r in (*results.values(), *baseline_results.values()) for p in r.get("trajectory") or []]
+                if points and all("shifted_pass_kmax" in p for p in points):
                     data["levels_shifted"] = matched_levels(
                         {s: r["trajectory"] for s, r in results.items()},
                         {s: r["trajectory"] for s, r in baseline_results.items()},
@@ -377,10 +374,8 @@ def beta_sweep(bench: Benchmark, out: Path) -> dict[str, Any]:
     for method in sweep.methods:
         rows[method] = []
         for beta in sweep.betas:
-            if beta == 0:
-                results = seed_results(bench, out, sweep.task, bench.baseline, None)
-            else:
-                results = seed_results(bench, out, sweep.task, method, beta)
+            name, value = (bench.baseline, None) if beta == 0 else (method, beta)
+            results = seed_results(bench, out, sweep.task, name, value)
             per_seed = _flats(results, bench.evaluation.splits, ks)
             splits = {split: _ci_table(f) for split, f in per_seed.items()}
             rows[method].append({"beta": beta, "seeds": sorted(results), "splits": splits, "per_seed": per_seed})
