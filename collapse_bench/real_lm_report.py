@@ -3,8 +3,9 @@
 ``python -m collapse_bench.real_lm_report --config bench/real_lm.yaml --out bench/results/real_lm/study`` reads the
 finished runs of ``rlvr-div beta-study --config bench/real_lm.yaml`` (nothing is trained or loaded) and writes
 - per arm: steps, seconds per step, and at the end, on the measured training and test prompts, the exact validity μ,
-  the effective number of valid answers, KL(p*‖π_v) and KL(u‖π_v), cov@k and pass@k, beside the sampled validity
-  and the mass on non-canonical tokenisations; mean ± 95% t-interval over seeds;
+  the effective number of valid answers, KL(p*‖π_v) and KL(u‖π_v), cov@k and pass@k, the expected problems lost and
+  gained against the base at the largest k (:func:`collapse_bench.measure.expected_lost_gained`), beside the sampled
+  validity and the mass on non-canonical tokenisations; mean ± 95% t-interval over seeds;
 - each remedy against stock GRPO along both training paths at fixed validities, with no chosen end point
   (:func:`collapse_bench.aggregate.matched_levels`), seed by seed;
 - with a ``primary`` block in the config, the study's primary comparison as declared there before the runs: its
@@ -50,6 +51,7 @@ def _end(result: dict[str, Any], split: str, kmax: str) -> dict[str, float | Non
     return {
         "mu": m["mu"], "effective_answers": m["effective_answers"], "kl_pstar": m["kl_pstar"],
         "kl_uniform": m.get("kl_uniform"), "cov_at_kmax": m["cov_at"][kmax], "pass_at_kmax": m["pass_at"][kmax],
+        "lost_kmax": (m.get("lost_at") or {}).get(kmax), "gained_kmax": (m.get("gained_at") or {}).get(kmax),
         "sampled_validity": sampling.get("sampled_validity"), "noncanonical_mass": sampling.get("noncanonical_mass"),
         **_shifted(m, kmax),
     }  # fmt: skip
@@ -139,16 +141,18 @@ def report(agg: dict[str, Any], command: str, study: Study, config: str) -> str:
     if agg["missing"]:
         lines += [f"Not finished yet: {', '.join(agg['missing'])}.", ""]
     head = ["arm", "seeds", "steps", "s/step", f"reached μ ≥ {study.convergence.stop_at_mu}", "μ", "effective answers",
-            "KL(p*‖π_v)", "KL(u‖π_v)", f"cov@{k}", f"pass@{k}", "sampled validity", "non-canonical mass"]  # fmt: skip
+            "KL(p*‖π_v)", "KL(u‖π_v)", f"cov@{k}", f"pass@{k}", f"lost at {k}", f"gained at {k}", "sampled validity",
+            "non-canonical mass"]  # fmt: skip
     for split in ("train", "test"):
         b = agg["base"][split]
         rows = [["base", "–", "0", "–", "–", f"{b['mu']:.3f}", f"{b['effective_answers']:.2f}", "0",
-                 *(f"{b[key]:.3f}" for key in ("kl_uniform", "cov_at_kmax", "pass_at_kmax")), "–", "–"]]  # fmt: skip
+                 *(f"{b[key]:.3f}" for key in ("kl_uniform", "cov_at_kmax", "pass_at_kmax")), *["–"] * 4]]  # fmt: skip
         for name, e in agg["arms"].items():
             m, n = e["end"][split], len(e["seeds"])
             rows.append([name, str(n), _pm(e["steps"], 1), _pm(e["seconds_per_step"], 1), f"{e['reached']}/{n}",
                          _pm(m["mu"]), _pm(m["effective_answers"], 2), _pm(m["kl_pstar"]), _pm(m["kl_uniform"]),
-                         _pm(m["cov_at_kmax"]), _pm(m["pass_at_kmax"]), _pm(m["sampled_validity"]),
+                         _pm(m["cov_at_kmax"]), _pm(m["pass_at_kmax"]), _pm(m["lost_kmax"], 2),
+                         _pm(m["gained_kmax"], 2), _pm(m["sampled_validity"]),
                          _pm(m["noncanonical_mass"], 4)])  # fmt: skip
         lines += [f"## End of training, {split} prompts", "", *table(head, rows), ""]
     dense = (

@@ -278,7 +278,8 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
 
     def mean(mu, eff):
         return {"mu": mu, "effective_answers": eff, "kl_pstar": 0.1, "kl_uniform": 0.2, "cov_at": {"64": 0.5},
-                "pass_at": {"64": 1.0}, "problems": 8}  # fmt: skip
+                "pass_at": {"64": 1.0}, "problems": 8, "lost_at": {"64": 10 * mu},
+                "gained_at": {"64": eff / 4}}  # fmt: skip
 
     splits = ("train", "test")
     write_json(tmp_path / "base.json", {"splits": {s: {"summary": {"mean": mean(0.3, 18.0)}} for s in splits}})
@@ -304,6 +305,10 @@ def test_the_real_lm_report_compares_each_arm_with_grpo_along_both_paths(tmp_pat
     # μ = 0.9: forward KL 14 + s, GRPO 10 + s + (0.2/0.25)·(4 − 10) = 5.2 + s → +8.8
     assert at[0.9]["effective_answers"]["mean"] == pytest.approx(8.8)
     assert "| forward_kl β=0.1 | 0.9 | 2 | 8.80" in report(agg, "cmd", study, "bench/real_lm.yaml")
+    # the expected problems lost and gained against the base at k = 64, per arm over its seeds: GRPO ends at μ 0.95
+    # with 4 + s effective answers (s = 1, 2), so lost 9.5 and gained (5 + 6) / 2 / 4 = 1.375
+    assert "| pass@64 | lost at 64 | gained at 64 |" in report(agg, "cmd", study, "bench/real_lm.yaml")
+    assert "| 1.000 ± 0.000 | 9.50 ± 0.00 | 1.38 ± 1.59 |" in report(agg, "cmd", study, "bench/real_lm.yaml")
     assert "shifted" not in report(agg, "cmd", study, "bench/real_lm.yaml")  # no run measured a shifted verifier
 
 
