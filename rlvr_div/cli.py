@@ -104,15 +104,28 @@ def list_main(argv: list[str] | None = None) -> int:
 
 
 def build_tiny_main(argv: list[str] | None = None) -> int:
-    """Build a built-in tiny base model (if not cached) and print its directory."""
+    """Print the directory of a named tiny base (shipped with rlvr-div, its files checked against their sha256), or
+    run the recipe that built it: ``--rebuild DIR`` builds it into DIR and says whether this machine reproduces the
+    shipped bytes; ``--ship`` (for developers) rebuilds the shipped copy and its manifest entry."""
     import argparse
 
-    from rlvr_div.tiny_base import TINY_BASES, TINY_NAME, tiny_model_path
+    from rlvr_div.tiny_base import TINY_BASES, TINY_NAME, compare_with_shipped, ship_tiny, tiny_model_path
 
     parser = argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__)
     parser.add_argument("name", nargs="?", default=TINY_NAME, choices=sorted(TINY_BASES), help="which named base")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--rebuild", metavar="DIR", help="build the base by its recipe into DIR and compare")
+    what.add_argument("--ship", action="store_true", help="rebuild the shipped copy and record its sha256")
     args = parser.parse_args(argv)
-    print(tiny_model_path(TINY_BASES[args.name]))
+    if args.rebuild:
+        from rlvr_div.tiny_base import build_tiny_model
+
+        out = build_tiny_model(args.rebuild, TINY_BASES[args.name])
+        print(f"{out}: {compare_with_shipped(out, args.name)}")
+    elif args.ship:
+        print(ship_tiny(args.name))
+    else:
+        print(tiny_model_path(TINY_BASES[args.name]))
     return 0
 
 

@@ -1,16 +1,24 @@
 """The built-in tiny base models: a character-level tokenizer and a small Llama, pretrained on built-in synthetic
-tasks, deterministic from a seed (:class:`TinySpec`), cached under ``$RLVR_DIV_CACHE`` (default
-``~/.cache/rlvr_div``) as ``tiny-<spec hash>`` and built on first use (a minute or two on 2 CPU cores).
+tasks by a recipe deterministic from a seed (:class:`TinySpec`).
 
-The spec hash names the directory; what the weights depend on beyond the spec (the corpus samplers' code, the build
-code, the torch and transformers versions) is the build's *fingerprint* (:func:`build_fingerprint`), recorded in
-``tiny_spec.json``. A cached base whose fingerprint differs from the current one was built by other code: it is
-rebuilt, with one line saying why, so two users of one name cannot hold different models silently.
+The named bases (:data:`TINY_BASES`) ship with the package (``tiny_bases/tiny-<spec hash>``, checked against the
+sha256 in ``tiny_bases/manifest.json`` at first use: :func:`shipped_tiny_path`), because the recipe is not
+bit-reproducible across CPUs and thread counts: on an AVX-512/AMX Xeon the 1- and 2-thread builds differ, so a base
+built by each user would differ in the last bits from the one behind the committed results. ``rlvr-div build-tiny
+NAME --rebuild DIR`` runs the recipe and compares (:func:`compare_with_shipped`); ``--ship`` re-ships a base after
+its recipe changed (:func:`ship_tiny`).
 
-The named bases (:data:`TINY_BASES`): ``tiny``, pretrained on ``arith`` and ``pairsum``; ``tiny2``, the base of the
-collapse benchmark's protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic error mode;
-a skewed filtered model); ``tiny3``, pretrained on ``routes`` (two strategies, one of them the only reliable one on a
-held-out class), and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds.
+Any other spec is built on first use (a minute or two on 2 CPU cores) and cached under ``$RLVR_DIV_CACHE`` (default
+``~/.cache/rlvr_div``) as ``tiny-<spec hash>``. The spec hash names the directory; what the weights depend on beyond
+the spec (the corpus samplers' code, the build code, the torch and transformers versions) is the build's
+*fingerprint* (:func:`build_fingerprint`), recorded in ``tiny_spec.json``. A cached base whose fingerprint differs
+from the current one was built by other code: it is rebuilt, with one line saying why, so two users of one name
+cannot hold different models silently.
+
+The named bases: ``tiny``, pretrained on ``arith`` and ``pairsum``; ``tiny2``, the base of the collapse benchmark's
+protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic error mode; a skewed filtered
+model); ``tiny3``, pretrained on ``routes`` (two strategies, one of them the only reliable one on a held-out class),
+and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds.
 :func:`rlvr_div.models.resolve_model` maps these names (and ``tiny-<spec hash>``) here.
 """
 
@@ -141,10 +149,11 @@ def _corpus_samplers(spec: TinySpec) -> list[Callable[[random.Random], tuple[str
 
 
 @functools.cache
-def build_fingerprint(spec: TinySpec) -> str:
+def build_fingerprint(spec: TinySpec, libraries: bool = True) -> str:
     """sha256 over what the built weights depend on beyond ``spec``: the first :data:`FINGERPRINT_SAMPLES` corpus
     examples as the build draws them (the samplers' code and the task registry), the source of the build and of the
-    tokenizer (and its alphabet), and the installed torch and transformers versions."""
+    tokenizer (and its alphabet), and, with ``libraries``, the installed torch and transformers versions (without
+    them: the build's *recipe*, which a shipped base records)."""
     from importlib.metadata import version
 
     h = hashlib.sha256()
@@ -154,9 +163,107 @@ def build_fingerprint(spec: TinySpec) -> str:
     for fn in (build_tiny_model, build_char_tokenizer, corpus_stream, _corpus_samplers):
         h.update(inspect.getsource(fn).encode())
     h.update(TINY_ALPHABET.encode())
-    for package in ("torch", "transformers"):
+    for package in ("torch", "transformers") if libraries else ():
         h.update(f"{package}=={version(package)}".encode())
     return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------- shipped bases
+
+# The named bases ship as package data: the build is not bit-reproducible across CPUs and thread counts (MKL and
+# oneDNN pick other kernels and reduction orders on AVX-512/AMX than on AVX2), so a base built on the user's machine
+# would differ in the last bits from the one behind the committed results. ``tiny_bases/manifest.json`` records, per
+# ``tiny-<spec hash>``, the sha256 of every shipped file, the build recipe (:func:`build_fingerprint` without the
+# library versions) and where the files were built; ``rlvr-div build-tiny NAME --ship`` rebuilds and re-ships one.
+SHIPPED_DIR = Path(__file__).resolve().parent / "tiny_bases"
+MANIFEST_NAME = "manifest.json"
+
+
+def shipped_manifest(root: Path = SHIPPED_DIR) -> dict[str, Any]:
+    """The shipped bases' manifest (``tiny-<spec hash>`` → its record); empty when nothing is shipped."""
+    path = root / MANIFEST_NAME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@functools.cache
+def _verified(directory: Path, files: tuple[tuple[str, str], ...]) -> None:
+    for name, expected in files:
+        path = directory / name
+        if not path.is_file():
+            raise ConfigError(f"the shipped tiny base {directory} lacks {name}; reinstall rlvr-div")
+        if file_sha256(path) != expected:
+            raise ConfigError(f"the shipped tiny base file {path} does not match its recorded sha256 "
+                              f"({MANIFEST_NAME}); reinstall rlvr-div or restore it from git")  # fmt: skip
+
+
+def shipped_tiny_path(spec: TinySpec, root: Path = SHIPPED_DIR) -> Path | None:
+    """The shipped directory of ``spec``'s base, its files checked against their recorded sha256 (once per process;
+    a mismatch or a missing file is a one-line :class:`ConfigError`), or None when no base of this spec ships."""
+    record = shipped_manifest(root).get(f"tiny-{spec.key()}")
+    if record is None:
+        return None
+    directory = root / f"tiny-{spec.key()}"
+    _verified(directory, tuple(sorted(record["files"].items())))
+    return directory
+
+
+def ship_tiny(name: str, root: Path = SHIPPED_DIR, progress: bool = True) -> Path:
+    """Build the named base ``name`` by its recipe into ``root/tiny-<spec hash>`` and record its files' sha256, its
+    recipe and this machine in the manifest (for developers: what every user then loads)."""
+    spec = TINY_BASES[name]
+    directory = root / f"tiny-{spec.key()}"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=root))
+    try:
+        build_tiny_model(tmp, spec, progress=progress)
+        shutil.rmtree(directory, ignore_errors=True)
+        tmp.rename(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    record_shipped(name, root)
+    return directory
+
+
+def record_shipped(name: str, root: Path = SHIPPED_DIR) -> None:
+    """Record the files of the named base ``name`` as they lie in ``root/tiny-<spec hash>`` in the manifest: their
+    sha256, the recipe that built them and this machine."""
+    import platform
+
+    import torch
+
+    spec = TINY_BASES[name]
+    directory = root / f"tiny-{spec.key()}"
+    manifest = shipped_manifest(root)
+    manifest[directory.name] = {
+        "name": name,
+        "recipe": build_fingerprint(spec, libraries=False),
+        "built_on": f"{platform.machine()} {_cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "files": {p.name: file_sha256(p) for p in sorted(directory.iterdir()) if p.is_file()},
+    }
+    (root / MANIFEST_NAME).write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n", encoding="utf-8")
+    _verified.cache_clear()
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
 
 
 def stale_reason(path: Path, spec: TinySpec) -> str | None:
@@ -174,7 +281,11 @@ def stale_reason(path: Path, spec: TinySpec) -> str | None:
 
 
 def cached_tiny_path(spec: TinySpec) -> Path | None:
-    """The cached directory of the base of ``spec`` if it is built and current (never builds)."""
+    """The shipped directory of ``spec``'s base, else its cached directory if it is built and current (never
+    builds)."""
+    shipped = shipped_tiny_path(spec)
+    if shipped is not None:
+        return shipped
     path = cache_dir() / f"tiny-{spec.key()}"
     if (path / "config.json").exists() and stale_reason(path, spec) is None:
         return path
@@ -197,11 +308,15 @@ def _hub_bars(enabled: bool) -> Iterator[None]:
 
 
 def tiny_model_path(spec: TinySpec | None = None, progress: bool = True) -> Path:
-    """The directory of the built-in base, building it first if it is not cached or its cached build is stale (a
-    file lock makes concurrent processes wait for one build)."""
+    """The directory of the base of ``spec``: the shipped one for a named base (:func:`shipped_tiny_path`), else
+    the cached build, building it first if it is not cached or its cached build is stale (a file lock makes
+    concurrent processes wait for one build)."""
     from filelock import FileLock
 
     spec = spec or TinySpec()
+    shipped = shipped_tiny_path(spec)
+    if shipped is not None:
+        return shipped
     root = cache_dir()
     path = root / f"tiny-{spec.key()}"
     if cached_tiny_path(spec) is not None:
@@ -342,3 +457,22 @@ def tiny_by_name(name: str, given: str, build: bool) -> str:
         f"model {given!r} is the tiny base with spec hash {name[len(TINY_NAME) + 1 :]}, but this rlvr-div builds "
         f"{current} and {cached} does not exist; copy that directory there or retrain on a named base"
     )
+
+
+def compare_with_shipped(directory: str | os.PathLike, name: str) -> str:
+    """Whether the weights built in ``directory`` are the shipped bytes of the named base ``name``, else the largest
+    weight difference, in words."""
+    from safetensors.torch import load_file
+
+    shipped = shipped_tiny_path(TINY_BASES[name])
+    if shipped is None:
+        return f"no shipped copy of {name} to compare with"
+    built, ours = Path(directory) / "model.safetensors", shipped / "model.safetensors"
+    if file_sha256(built) == file_sha256(ours):
+        return f"the same bytes as the shipped {name}"
+    a, b = load_file(built), load_file(ours)
+    if a.keys() != b.keys():
+        return f"other tensors than the shipped {name}: another recipe"
+    largest = max((a[k].double() - b[k].double()).abs().max().item() for k in b)
+    return (f"other bytes than the shipped {name} (largest weight difference {largest:.3g}): this CPU or thread count "
+            "rounds differently; the shipped base is the one behind the committed results")  # fmt: skip

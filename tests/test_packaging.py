@@ -24,3 +24,16 @@ def test_extras_named_in_messages_exist():
     assert named == {"tensorboard", "wandb"} and named <= set(extras)
     assert any(d.startswith("tensorboard") for d in extras["tensorboard"])
     assert any(d.startswith("wandb") for d in extras["wandb"])
+
+
+def test_the_shipped_tiny_bases_are_package_data():
+    """Every file of every shipped tiny base is matched by the package-data patterns, so a wheel carries them."""
+    import fnmatch
+
+    from rlvr_div.tiny_base import SHIPPED_DIR
+
+    patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["rlvr_div"]
+    package = SHIPPED_DIR.parent
+    files = [p.relative_to(package).as_posix() for p in SHIPPED_DIR.rglob("*") if p.is_file()]
+    assert "tiny_bases/manifest.json" in files and len(files) > 5
+    assert [f for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)] == []

@@ -1,18 +1,36 @@
-"""The tiny bases' cache cannot go stale silently: the build fingerprint covers the corpus, the build code and the
-libraries; a cached base with another fingerprint is rebuilt with one line saying why; builds are bit-reproducible
-across torch thread counts."""
+"""The tiny bases are the same bytes on every machine: the named ones ship with rlvr-div, their files checked against
+the sha256 in the manifest (a changed file is refused in one line), built by the recipe the current code holds, and they
+are the bases behind the committed results. A built (unnamed) base's cache cannot go stale silently: the build
+fingerprint covers the corpus, the build code and the libraries; a cached base with another fingerprint is rebuilt
+with one line saying why."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
 
 from rlvr_div import tiny_base
-from rlvr_div.tiny_base import TinySpec, build_fingerprint, cached_tiny_path, stale_reason, tiny_model_path
+from rlvr_div.errors import ConfigError
+from rlvr_div.fingerprint import model_fingerprint
+from rlvr_div.tiny_base import (
+    MANIFEST_NAME,
+    SHIPPED_DIR,
+    TINY_BASES,
+    TinySpec,
+    build_fingerprint,
+    cached_tiny_path,
+    compare_with_shipped,
+    file_sha256,
+    shipped_manifest,
+    shipped_tiny_path,
+    stale_reason,
+    tiny_model_path,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # the default architecture and batch (the same kernels as a real build), a few steps
 SHORT = TinySpec(steps=3, batch_size=8, warmup=1)
@@ -65,27 +83,84 @@ def test_a_stale_cached_base_is_rebuilt_with_one_line(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err == ""
 
 
-def _build_with_threads(spec_kwargs: dict, threads: int, out: Path) -> bytes:
-    code = (
-        "import sys, torch; torch.set_num_threads(int(sys.argv[1]));"
-        "from rlvr_div.tiny_base import TinySpec, build_tiny_model;"
-        f"build_tiny_model(sys.argv[2], TinySpec(**{spec_kwargs!r}), progress=False)"
+# --------------------------------------------------------------------------------------------- shipped bases
+
+
+@pytest.mark.parametrize("name", sorted(TINY_BASES))
+def test_every_named_base_ships_with_the_sha256_of_each_file(name):
+    spec = TINY_BASES[name]
+    record = shipped_manifest()[f"tiny-{spec.key()}"]
+    directory = shipped_tiny_path(spec)
+    assert directory == SHIPPED_DIR / f"tiny-{spec.key()}" and record["name"] == name
+    on_disk = {p.name for p in directory.iterdir() if p.is_file()}
+    assert set(record["files"]) == on_disk >= {"model.safetensors", "config.json", "tokenizer.json", "tiny_spec.json"}
+    assert all(file_sha256(directory / f) == h for f, h in record["files"].items())
+
+
+@pytest.mark.parametrize("name", sorted(TINY_BASES))
+def test_the_shipped_bases_hold_the_current_build_recipe(name):
+    """A change to the corpus or the build code must re-ship the bases (``rlvr-div build-tiny NAME --ship``)."""
+    spec = TINY_BASES[name]
+    assert shipped_manifest()[f"tiny-{spec.key()}"]["recipe"] == build_fingerprint(spec, libraries=False), (
+        f"the build recipe of {name} changed since it shipped: run rlvr-div build-tiny {name} --ship"
     )
-    subprocess.run([sys.executable, "-c", code, str(threads), str(out)], check=True, capture_output=True)
-    return (out / "model.safetensors").read_bytes()
 
 
-def test_a_short_build_is_bit_identical_with_1_and_2_threads(tmp_path):
-    kwargs = {"steps": 30, "warmup": 5}
-    assert _build_with_threads(kwargs, 1, tmp_path / "t1") == _build_with_threads(kwargs, 2, tmp_path / "t2")
+def test_a_named_base_loads_the_shipped_files_and_builds_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_DIV_CACHE", str(tmp_path))
+    monkeypatch.setattr(tiny_base, "build_tiny_model", lambda *a, **k: pytest.fail("a named base was built"))
+    for spec in TINY_BASES.values():
+        assert tiny_model_path(spec, progress=False) == cached_tiny_path(spec) == SHIPPED_DIR / f"tiny-{spec.key()}"
+    assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(tiny_base.TINY_BASES))
-def test_a_named_base_is_bit_identical_with_1_and_2_threads(name, tmp_path):
-    """The whole build of each named base, once per thread count (minutes each)."""
-    from dataclasses import asdict
+def _copy_shipped(name: str, root: Path) -> Path:
+    key = f"tiny-{TINY_BASES[name].key()}"
+    shutil.copytree(SHIPPED_DIR / key, root / key)
+    (root / MANIFEST_NAME).write_text(json.dumps({key: shipped_manifest()[key]}))
+    return root / key
 
-    kwargs = asdict(tiny_base.TINY_BASES[name])
-    kwargs["tasks"] = tuple(kwargs["tasks"])
-    assert _build_with_threads(kwargs, 1, tmp_path / "t1") == _build_with_threads(kwargs, 2, tmp_path / "t2")
+
+def test_a_changed_or_missing_shipped_file_is_refused_in_one_line(tmp_path):
+    copy = _copy_shipped("tiny", tmp_path)
+    assert shipped_tiny_path(TINY_BASES["tiny"], tmp_path) == copy
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # the last bit of the last weight
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    tiny_base._verified.cache_clear()
+    with pytest.raises(ConfigError, match=r"model.safetensors does not match its recorded sha256") as err:
+        shipped_tiny_path(TINY_BASES["tiny"], tmp_path)
+    assert "\n" not in str(err.value)
+    (copy / "model.safetensors").unlink()
+    tiny_base._verified.cache_clear()
+    with pytest.raises(ConfigError, match=r"lacks model.safetensors; reinstall rlvr-div"):
+        shipped_tiny_path(TINY_BASES["tiny"], tmp_path)
+    tiny_base._verified.cache_clear()
+
+
+def test_a_rebuild_is_compared_with_the_shipped_bytes(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    copy = _copy_shipped("tiny", tmp_path)
+    assert compare_with_shipped(copy, "tiny") == "the same bytes as the shipped tiny"
+    weights = load_file(copy / "model.safetensors")
+    first = sorted(weights)[0]
+    weights[first][0, 0] += 1e-3
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    said = compare_with_shipped(copy, "tiny")
+    assert said.startswith("other bytes than the shipped tiny (largest weight difference 0.001"), said
+
+
+# The base profiles behind the committed results record the model fingerprint of the base they measured.
+COMMITTED_BASES = {
+    "tiny2": "bench/results/collapse_new/base/carry.json",
+    "tiny3": "bench/results/collapse_routes/base/routes.json",
+    "tiny3-seed1": "bench/results/collapse_routes_base_seed1/base/routes.json",
+    "tiny3-seed2": "bench/results/collapse_routes_base_seed2/base/routes.json",
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED_BASES))
+def test_the_shipped_bases_are_the_ones_behind_the_committed_results(name):
+    recorded = json.loads((ROOT / COMMITTED_BASES[name]).read_text())["fingerprint"]
+    assert model_fingerprint(str(shipped_tiny_path(TINY_BASES[name]))) == recorded
