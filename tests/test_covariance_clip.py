@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import (
+    assert_reward_rises,
+    assert_train_refuses,
+    make_trainer,
+    mixed_pair_sum,
+    run_recipe,
+    trainer_config,
+)
 
 from rlvr_div.trainers.covariance_clip import (
     clip_cov_tokens,
@@ -103,7 +110,7 @@ def test_trainer_clip_cov_is_trl_loss_with_the_selected_advantages_zeroed(tmp_pa
     torch.manual_seed(0)
     kw = dict(per_device_train_batch_size=32, covariance_penalty="clip_cov", clip_cov_ratio=0.05)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, clip_cov_lb=0.0, clip_cov_ub=100.0, **kw)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # non-zero advantages
     inputs = _batch(trainer)
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
@@ -126,14 +133,19 @@ def test_trainer_clip_cov_is_trl_loss_with_the_selected_advantages_zeroed(tmp_pa
 
 
 def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_path):
+    """On a batch with non-zero advantages by construction (:func:`train_checks.mixed_pair_sum`: every group scores 0
+    and 1), so that Cov(l, A) is not 0 on every token (where any ⌊0.05·N⌋ tokens would do): the selected tokens are
+    the ones with the largest Cov, each at least any token left out (ties, such as the same token of two equal
+    completions, may fall either way)."""
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
     kw = dict(covariance_penalty="kl_cov", kl_cov_ratio=0.05, kl_cov_coef=0.5, num_iterations=2)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, per_device_train_batch_size=32, **kw)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # non-zero advantages
     inputs = _batch(trainer)
     mask = inputs["completion_mask"]
+    assert (inputs["advantages"].view(-1, 8).abs().amax(1) > 0.1).all(), "premise: non-zero advantages in each group"
     # a policy that has moved since sampling: π_old differs from π_θ by known offsets
     inputs["old_per_token_logps"] = (inputs["old_per_token_logps"] + 0.3 * torch.randn_like(mask.float())) * mask
     loss = trainer._compute_loss(trainer.model, inputs)
@@ -143,7 +155,10 @@ def test_trainer_kl_cov_adds_beta_abs_log_ratio_on_its_tokens(tmp_path, tiny_pat
         trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
         torch.cat([inputs["prompt_mask"], mask], 1), mask.size(1))[0]  # fmt: skip
     cov = token_covariance(logps, inputs["advantages"], mask)
-    top = cov[mask.bool()].sort(descending=True).values[: int(sel.sum())]
+    on = mask.bool()
+    assert cov[on].max() - cov[on].min() > 0.1, "premise: Cov(l, A) varies over the tokens (non-zero advantages)"
+    assert not sel[~on].any() and cov[sel].min() >= cov[on & ~sel].max() - 1e-6  # the largest Cov(l, A)
+    top = cov[on].sort(descending=True).values[: int(sel.sum())]
     assert torch.allclose(cov[sel].sort(descending=True).values, top)
     penalty = ((logps - inputs["old_per_token_logps"]).abs() * sel * mask).sum()
     # loss_type dapo: TRL's normaliser is the generation batch's token count over the accumulation window

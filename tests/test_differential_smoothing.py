@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_trainer, mixed_pair_sum, run_recipe, trainer_config
 
 from rlvr_div.trainers.differential_smoothing import differential_smoothing_advantages
 
@@ -54,15 +54,15 @@ def test_trainer_changes_only_the_correct_samples_advantages(tmp_path, tiny_path
 
     torch.manual_seed(0)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping="differential_smoothing", ds_gamma_p=0.2)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    r = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])).view(-1, 8)
+    r = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"])).view(-1, 8)
     grpo = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)  # TRL's, scale_rewards group
     seq = (policy_logps_no_grad(trainer, out) * out["completion_mask"]).sum(-1).float()
     correct = r.view(-1) == 1
-    assert 0 < correct.sum() < correct.numel()
+    assert 0 < correct.sum() < correct.numel(), "premise: correct and incorrect samples (mixed_pair_sum)"
     adv = out["advantages"].float()
     assert torch.allclose(adv[~correct], grpo[~correct], atol=1e-5)  # incorrect: GRPO's, unchanged
     assert torch.allclose(adv[correct], grpo[correct] - 0.2 * seq[correct], atol=1e-4)

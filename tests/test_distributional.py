@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_train_refuses
+from train_checks import assert_train_refuses, mixed_pair_sum
 
 from rlvr_div import toy
 from rlvr_div.cli import main as cli_main
@@ -420,8 +420,9 @@ def test_one_dpg_sgd_step_decreases_exact_divergence_on_toy_lab(name, alpha):
 
 
 def _trainer(tmp_path, tiny_path, **kw):
+    """DPGTrainer on the tiny model and 16 pairsum prompts, rewarded by :func:`train_checks.mixed_pair_sum`: every
+    group holds a valid sample, so Ẑ and the advantages the tests check are not the empty group's constants."""
     from rlvr_div.models import load_tokenizer
-    from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task
     from rlvr_div.trainers.distributional import DPGTrainer
 
@@ -432,7 +433,7 @@ def _trainer(tmp_path, tiny_path, **kw):
     args = DPGConfig(**{**base, **kw})
     return DPGTrainer(
         model=tiny_path,
-        reward_funcs=[get_reward("pair_sum")],
+        reward_funcs=[mixed_pair_sum],
         args=args,
         train_dataset=get_task("pairsum", size=16),
         processing_class=load_tokenizer(tiny_path),
@@ -455,7 +456,7 @@ def test_trainer_advantages_and_loss_match_the_formulas(tmp_path, tiny_path):
     with torch.no_grad():
         pol = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep)[0]
         ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, att, keep)[0]
-    valid = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])) == 1.0  # TRL's own record of the rewards
+    valid = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"])) == 1.0  # TRL's own record of the rewards
     expected = dpg_advantages((pol * mask).sum(-1), (ref * mask).sum(-1), valid, 8)
     assert torch.allclose(inputs["advantages"], expected.advantages.float(), atol=1e-5)
     metrics = trainer._metrics["train"]
@@ -619,7 +620,7 @@ def test_trainer_partition_estimate_uses_the_samplers_log_probs(tmp_path, tiny_p
     with torch.no_grad():
         pol = (trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, keep)[0] * mask).sum(-1)
         ref = (trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, att, keep)[0] * mask).sum(-1)
-    valid = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])) == 1.0
+    valid = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"])) == 1.0
     sampler = pol + 0.2 * mask.sum(-1)
     log_z = log_partition_estimate(pol, ref, valid, 8, sampler_seq_logps=sampler)
     z_old = log_partition_estimate(pol, ref, valid, 8).exp().mean().item()

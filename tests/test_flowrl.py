@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from launchers import TWO_PROCESSES
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_trainer, mixed_pair_sum, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.flowrl import (
@@ -136,7 +136,7 @@ def test_trainer_loss_is_the_formula_on_a_generated_batch(tmp_path, tiny_path):
 
     torch.manual_seed(0)
     args = _config(tmp_path, flowrl_beta=2.0, flowrl_logz_dropout=0.0)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     with torch.no_grad():  # a policy away from its reference, so log π − log π_ref is not 0
         for p in trainer.model.parameters():
@@ -144,7 +144,7 @@ def test_trainer_loss_is_the_formula_on_a_generated_batch(tmp_path, tiny_path):
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
     assert out.get("old_per_token_logps") is None  # on-policy: π_old = π_θ, w = 1
-    r = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])).view(-1, 8)
+    r = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"])).view(-1, 8)
     r_hat = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)
     assert torch.allclose(out["advantages"], r_hat, atol=1e-5) and r_hat.abs().max() > 0.5
 

@@ -77,11 +77,39 @@ def test_state_round_trip_and_missing_state(tmp_path):
         OutcomeCounts().load(tmp_path / "elsewhere")
 
 
-def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path):
+def answered_pair_sum(prompts, completions, target, **kwargs) -> list[float | None]:
+    """pair_sum's score, with an ``extract`` that answers every completion: ``pair a+b`` when pair_sum reads the pair
+    a+b, else ``text '...'``. Outcome exploration reads the answers with the validity reward's ``extract``, and
+    pair_sum's can read none in a batch (the tiny base need not write a pair), which leaves it nothing to shape; and
+    no answer is the completion's own text, so the counts show whether the trainer read them with this extract."""
     from rlvr_div.rewards import get_reward
+
+    return get_reward("pair_sum")(prompts=prompts, completions=completions, target=target)
+
+
+def _answer(text: str) -> str:
+    from rlvr_div.rewards import get_reward
+
+    pair = get_reward("pair_sum").extract(text)
+    return f"pair {pair}" if pair is not None else f"text {text!r}"
+
+
+answered_pair_sum.extract = _answer
+
+
+def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path):
+    """Two batches of the same two groups of 8, constructed so that the shaping moves the advantages:
+
+    - every completion is answered (:func:`answered_pair_sum`), so in the first batch, counts empty, each gets the
+      bonus b = 1 and the shaping does something (r̃ − r = 0.5 − 0.5·p ≥ 1/16);
+    - but there it can be the same for a whole group (every answer of the group held by as many samples: the same p),
+      which the advantages cancel; so the second batch repeats the first (the same seed, no step between), its
+      answers all in the counts, and the history holds each group's first answer once more (written into the
+      trainer's counts and the reference's alike): r̃ − r = 0.5/√N − (k − 1)/16 for an answer held by k samples of
+      its group, N = k (+ 1 for the first answer), which differs between the first answer and any other of the
+      group (by ≥ 0.026 for every k's summing to at most 8)."""
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
-    torch.manual_seed(0)
     args = trainer_config(
         DivergenceGRPOConfig,
         tmp_path,
@@ -90,22 +118,36 @@ def test_trainer_shapes_rewards_then_takes_group_advantages(tmp_path, tiny_path)
         outcome_penalty_coef=0.5,
         scale_rewards="none",
     )
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=answered_pair_sum)
+    counts = trainer.plugin("outcome_exploration").counts
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     reference = OutcomeCounts()
-    extract = get_reward("pair_sum").extract
+    seen = []
     for batch in range(2):  # the second batch sees the first one's answers in its counts
+        torch.manual_seed(0)
         out = trainer._generate_and_score_completions(rows)
-        rewards = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])[-16:], dtype=torch.float64)
+        rewards = torch.tensor(list(trainer._logs["rewards"]["answered_pair_sum"])[-16:], dtype=torch.float64)
         texts = list(trainer._logs["completion"])[-16:]
-        reference.observe([(prompt_key(r["prompt"]), extract(t)) for r, t in zip(rows, texts)])
+        items = [(prompt_key(r["prompt"]), answered_pair_sum.extract(t)) for r, t in zip(rows, texts)]
+        assert None not in (a for _, a in items), "premise: every completion answered (answered_pair_sum)"
+        reference.observe(items)
         shaped, _ = reference.shape(rewards, 8, 0.5, 0.5)
         grouped = shaped.view(-1, 8)
         expected = (grouped - grouped.mean(1, keepdim=True)).view(-1)
-        assert not torch.allclose(shaped, rewards), "the shaping did nothing on this batch"
+        assert not torch.allclose(shaped, rewards), "premise: the shaping did something on this batch"
+        if batch == 1:
+            assert items == seen[0], "premise: the second batch repeats the first (the same seed, no step between)"
+            moved = (shaped - rewards).view(-1, 8)
+            spread = (moved.amax(1) - moved.amin(1)).max().item()
+            assert spread > 0.02, f"premise: the shaping differs within a group (by {spread:.3g}), not cancelled"
         assert torch.allclose(out["advantages"].double(), expected, atol=1e-5), (batch, out["advantages"], expected)
-    assert trainer.plugin("outcome_exploration").counts.counts == reference.counts
+        seen.append(items)
+        if batch == 0:
+            earlier = items[::8]  # each group's first answer, once more in the history
+            counts.update(earlier)
+            reference.update(earlier)
+    assert counts.counts == reference.counts
 
 
 def _train(out: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import (
+    assert_reward_rises,
+    assert_train_refuses,
+    make_trainer,
+    mixed_pair_sum,
+    run_recipe,
+    trainer_config,
+)
 
 from rlvr_div.trainers.passk_advantage import passk_group_advantages, passk_training_advantages
 
@@ -88,16 +95,16 @@ def test_trainer_uses_the_closed_form_advantages(tmp_path, tiny_path):
     args = trainer_config(
         DivergenceGRPOConfig, tmp_path, reward_shaping="passk_training", passk_k=3, scale_rewards="none"
     )
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    rewards = torch.tensor(list(trainer._logs["rewards"]["pair_sum"]), dtype=torch.float64)
+    rewards = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"]), dtype=torch.float64)
     expected = []
     for g in range(2):
         a_pos, a_neg = _paper_closed_form(8, int(rewards[8 * g : 8 * g + 8].sum()), 3)
         expected += [a_pos if r == 1 else a_neg for r in rewards[8 * g : 8 * g + 8].tolist()]
-    assert any(expected), "the batch has no group with both correct and incorrect samples"
+    assert any(expected), "premise: a group with both correct and incorrect samples (mixed_pair_sum)"
     assert torch.allclose(out["advantages"].double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5)
 
 

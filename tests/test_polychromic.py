@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_trainer, mixed_pair_sum, run_recipe, trainer_config
 
 from rlvr_div.trainers.polychromic import polychromic_advantages
 
@@ -139,13 +139,13 @@ def test_trainer_uses_the_marginal_set_advantages(tmp_path, tiny_path, monkeypat
 
     torch.manual_seed(0)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping="polychromic", scale_rewards="none")
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     gathers = []
     monkeypatch.setattr(common, "gather_object", lambda x: gathers.append(x) or list(x))
     out = trainer._generate_and_score_completions(rows)
-    rewards = list(trainer._logs["rewards"]["pair_sum"])  # TRL's own record of the batch
+    rewards = list(trainer._logs["rewards"]["mixed_pair_sum"])  # TRL's own record of the batch
     texts = [c.strip() for c in trainer._logs["completion"]]
     assert len(gathers) == 1 and trainer.gathered_texts == texts  # one gather of the texts, shared with diversity/*
     expected = []

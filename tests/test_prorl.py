@@ -6,6 +6,7 @@ and LoRA fail in one line before the model loads; the tiny recipe trains, its KL
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from train_checks import assert_train_refuses, make_trainer, trainer_config
+from train_checks import assert_train_refuses, make_trainer, mixed_pair_sum, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.prorl import REFERENCE_FILE, STATE_FILE, check_prorl
@@ -33,10 +34,13 @@ def _config(tmp_path: Path, prorl: bool = True, **kw):
 
 
 def _trainer(args, tiny_path: str):
+    """The tests' trainer, its reward :func:`mixed_pair_sum`: every group holds a correct and an incorrect sample, so
+    every step moves the policy, which the tests' "the policy moved on from the reference" rests on (with pair_sum
+    alone the tiny base can fail every group of a step, and the step then changes nothing)."""
     from rlvr_div.trainers.grpo import DivergenceGRPOTrainer
 
     torch.manual_seed(0)
-    return make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    return make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)
 
 
 def _weights(model) -> list[torch.Tensor]:
@@ -93,6 +97,9 @@ def test_a_reset_step_sets_the_reference_to_the_policy_and_clears_the_optimizer(
     probe = Probe(trainer)
     trainer.train()
     s1, s2, s3 = probe.seen[1], probe.seen[2], probe.seen[3]
+    for step, before in ((1, probe.begin(0)), (3, s2)):  # what "the policy moved on" below rests on
+        moved = not _same(probe.seen[step]["policy"], before["policy"])
+        assert moved, f"premise: step {step} moved the policy (mixed_pair_sum: every group scores 0 and 1)"
 
     assert _same(s1["ref"], initial) and not _same(s1["ref"], s1["policy"])  # not before the reset step
     assert s1["n_state"] > 0 and s1["steps"] == {1.0} and s1["moments"] > 0
@@ -128,6 +135,7 @@ def test_a_resumed_run_continues_from_the_reset_reference(tmp_path, tiny_path):
     probe = Probe(first)
     first.train()
     policy_2 = probe.seen[2]["policy"]
+    assert not _same(policy_2, initial), "premise: steps 1 and 2 moved the policy (mixed_pair_sum)"
     states = {n: json.loads((out / f"checkpoint-{n}" / STATE_FILE).read_text()) for n in (1, 2, 3)}
     assert [states[n]["reference_step"] for n in (1, 2, 3)] == [0, 2, 2]
     assert [(out / f"checkpoint-{n}" / REFERENCE_FILE).is_file() for n in (1, 2, 3)] == [False, False, True]
@@ -239,15 +247,20 @@ def test_sharded_runs_are_refused(monkeypatch):
 @pytest.mark.slow
 def test_tiny_recipe_trains_and_its_kl_restarts_after_a_reset(tmp_path, tiny_path):
     """Three steps, a reset after step 2: the KL term is positive at step 2 (the policy moved away from the initial
-    reference) and 0 at step 3 (samples, policy and reference are all the policy of step 2)."""
+    reference) and 0 at step 3 (samples, policy and reference are all the policy of step 2). The reward is
+    :func:`train_checks.mixed_pair_sum`, so that step 1 moves the policy (the recipe's easy prompts can be passed by
+    every sample of every group)."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlvr_div.train", "--config", str(RECIPE), "--output_dir", str(out),
            "--max_steps", "3", "--ref_model_sync_steps", "2", "--per_device_train_batch_size", "32",
-           "--disable_tqdm", "true", "--save_strategy", "no"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True)
+           "--disable_tqdm", "true", "--save_strategy", "no", "--rewards", "train_checks:mixed_pair_sum"]  # fmt: skip
+    tests = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"reward"' in x]
     assert [x["step"] for x in logs] == [1, 2, 3]
+    assert all(x["frac_reward_zero_std"] == 0 for x in logs), "premise: every group scores 0 and 1 (mixed_pair_sum)"
     assert [x["prorl/reference_step"] for x in logs] == [0.0, 2.0, 2.0]
     kl = [x["divergence/reverse_kl"] for x in logs]
     assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[1] > 1e-5 and kl[2] == pytest.approx(0.0, abs=1e-6), kl

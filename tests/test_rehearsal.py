@@ -325,25 +325,49 @@ def _rehearse_in_process(out: Path, *extra: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_offline_stage_judges_correctness_with_the_validity_reward(tmp_path, tiny_path):
+def test_offline_stage_judges_correctness_with_the_validity_reward(tmp_path, tiny_path, monkeypatch):
     """With rewards [math_format, pair_sum] and validity_reward_index 1, "correct" is pair_sum's verdict (the first
-    reward, a format check that no pairsum answer passes, must not decide the split)."""
+    reward, a format check that no pairsum answer passes, must not decide the split). The verdicts differ on a
+    correct answer, and the base need not sample one: the first sample of every prompt is replaced, as the sampler
+    hands it over, by a correct one, ``<target>+0``, which pair_sum passes and math_format fails."""
+    from rlvr_div import rehearsal
     from rlvr_div.rewards import get_reward
+    from rlvr_div.tasks import get_task
 
+    verifier, first = get_reward("pair_sum"), get_reward("math_format")
+    data = get_task("pairsum", split="train", seed=0).select(range(12))
+    planted = {i: f"{row['target']}+0" for i, row in enumerate(data)}
+    texts = list(planted.values())
+    assert verifier.score(texts, target=list(data["target"])) == [1.0] * 12, "premise: the planted answers pass"
+    assert first.score(texts) == [0.0] * 12, "premise: the first reward fails the planted answers"
+
+    class Planting:
+        """The offline stage's sampler, with each prompt's first sample replaced by its planted answer."""
+
+        def __init__(self, sampler):
+            self.sampler = sampler
+
+        def sample(self, *args, **kwargs):
+            tokenizer = self.sampler.tokenizer
+            for item in self.sampler.sample(*args, **kwargs):
+                item.completions[0] = planted[item.index]
+                item.completion_ids[0] = [*tokenizer.encode(planted[item.index], add_special_tokens=False),
+                                          tokenizer.eos_token_id]  # fmt: skip
+                yield item
+
+    sampler = rehearsal._sampler
+    monkeypatch.setattr(rehearsal, "_sampler", lambda *a, **k: Planting(sampler(*a, **k)))
     summary = _rehearse_in_process(
         tmp_path / "r", "--rewards", "math_format", "pair_sum", "--validity_reward_index", "1"
     )
-    verifier = get_reward("pair_sum")
     tasks = {r["index"]: r for r in map(json.loads, (tmp_path / "r" / "samples.jsonl").read_text().splitlines())}
-    from rlvr_div.tasks import get_task
-
-    data = get_task("pairsum", split="train", seed=0).select(range(12))
+    assert sorted(tasks) == list(range(12)) and all(tasks[i]["completions"][0] == planted[i] for i in tasks)
     correct = 0
     for index, rec in tasks.items():
         scores = verifier.score(rec["completions"], target=[data[index]["target"]] * len(rec["completions"]))
         assert rec["correct"] == [s == 1.0 for s in scores]
         correct += sum(rec["correct"])
-    assert correct > 0 and summary["validity_reward"] == "pair_sum"
+    assert correct >= 12 and summary["validity_reward"] == "pair_sum"
 
 
 def test_offline_stage_loads_the_model_with_the_recipe_settings(tmp_path, tiny_path, monkeypatch):

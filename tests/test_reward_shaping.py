@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_far_pair_trainer, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
@@ -257,15 +257,19 @@ def test_bad_shaping_settings_fail_in_one_line_before_the_model_loads(extra, mes
     ],
 )
 def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tiny_path):
+    """Two groups of 8, each with two correct samples by construction (the reward ``far_pair``: a group's most and
+    least likely completions, by the sequence log-prob MARA anchors on, or the mean per-token one the unlikeliness
+    reward ranks by): MARA re-anchors one of them, the unlikeliness reward ranks one above the other."""
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping=shaping, **kw)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_far_pair_trainer(DivergenceGRPOTrainer, args, tiny_path, mean=shaping != "mara")
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    rewards = torch.tensor(list(trainer._logs["rewards"]["pair_sum"]), dtype=torch.float32)  # TRL's, unshaped
+    rewards = torch.tensor(list(trainer._logs["rewards"]["far_pair"]), dtype=torch.float32)  # TRL's, unshaped
+    assert (rewards.view(-1, 8) == 1).sum(1).tolist() == [2, 2], "premise: two correct samples per group (far_pair)"
     mask = out["completion_mask"]
     if shaping == "pkpo":
         expected = pkpo_advantages(rewards == 1.0, 8, kw["pkpo_k"])  # used as they are: no centring, no scaling
@@ -283,7 +287,8 @@ def test_trainer_shaped_advantages_match_the_formulas(shaping, kw, tmp_path, tin
         expected = (grouped - grouped.mean(1, keepdim=True)).view(-1)
         if kw.get("scale_rewards", "group") == "group":
             expected = expected / (grouped.std(1, keepdim=True).expand_as(grouped).reshape(-1) + 1e-4)
-        assert not torch.equal(shaped, rewards)  # the shaping did something on this batch
+        moved = (shaped - rewards).abs().max().item()  # MARA: β·(L^ref gap of a group's correct pair); ≥ λ/8
+        assert moved > 1e-3, f"premise: the shaping changed a reward by {moved:.3g}, far above the tolerance below"
     assert torch.allclose(out["advantages"].float(), expected.float(), atol=1e-5), (out["advantages"], expected)
     logged = torch.tensor(list(trainer._logs["advantages"]))  # the completions log shows the shaped advantages
     assert logged.shape == expected.shape and torch.allclose(logged.float(), expected.float(), atol=1e-5)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import (
+    assert_reward_rises,
+    assert_train_refuses,
+    make_trainer,
+    mixed_pair_sum,
+    run_recipe,
+    trainer_config,
+)
 
 from rlvr_div.trainers.rloo import rloo_advantages
 
@@ -64,13 +71,13 @@ def test_trainer_uses_the_leave_one_out_advantages(tmp_path, tiny_path):
 
     torch.manual_seed(0)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping="rloo", scale_rewards="none")
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    r = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])).view(-1, 8)
+    r = torch.tensor(list(trainer._logs["rewards"]["mixed_pair_sum"])).view(-1, 8)
     expected = (r - (r.sum(1, keepdim=True) - r) / 7).view(-1)
-    assert 0 < (r == 1).sum() < r.numel()
+    assert 0 < (r == 1).sum() < r.numel(), "premise: correct and incorrect samples (mixed_pair_sum)"
     assert torch.allclose(out["advantages"].float(), expected, atol=1e-6)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_trainer, mixed_pair_sum, run_recipe, trainer_config
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.simko import high_entropy_positions, simko_logps, token_statistics
@@ -205,7 +205,8 @@ def test_trainer_gradient_is_the_released_codes_mixed_ratio(tmp_path, tiny_path)
 
     torch.manual_seed(0)
     kw = dict(simko=True, simko_top_k=3, simko_alpha=0.5, simko_tau=0.5, simko_lambda=1.5)
-    trainer = make_trainer(DivergenceGRPOTrainer, trainer_config(DivergenceGRPOConfig, tmp_path, **kw), tiny_path)
+    args = trainer_config(DivergenceGRPOConfig, tmp_path, **kw)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # A > 0 and A < 0 samples
     assert trainer.loss_type == "dapo"
     inputs = _batch(trainer)
     loss = trainer._compute_loss(trainer.model, inputs)

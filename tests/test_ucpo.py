@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import assert_train_refuses, make_far_pair_trainer, run_recipe, trainer_config
 
 from rlvr_div.trainers.common import group_advantages
 from rlvr_div.trainers.ucpo import correct_set_distribution, kl_to_uniform, ucpo_advantages
@@ -85,16 +85,19 @@ def test_the_expected_update_concentrates_the_correct_set_less_than_grpo():
 
 
 def test_trainer_redistributes_the_correct_samples_advantages(tmp_path, tiny_path):
+    """Two groups of 8, each with two correct samples by construction: the reward ``far_pair`` marks correct the
+    group's most and least likely completions under the policy (mean per-token log-prob, UCPO's ℓ), so q is not
+    uniform and the redistribution has something to move."""
     from rlvr_div.trainers.common import policy_logps_no_grad
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
     args = trainer_config(DivergenceGRPOConfig, tmp_path, reward_shaping="ucpo", ucpo_tau=0.6)
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_far_pair_trainer(DivergenceGRPOTrainer, args, tiny_path, mean=True)
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    r = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])).view(-1, 8)
+    r = torch.tensor(list(trainer._logs["rewards"]["far_pair"])).view(-1, 8)
     grpo = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)  # TRL's, scale_rewards group
     mask = out["completion_mask"]
     ell = ((policy_logps_no_grad(trainer, out) * mask).sum(-1) / mask.sum(-1)).view(-1, 8).double()
@@ -107,7 +110,9 @@ def test_trainer_redistributes_the_correct_samples_advantages(tmp_path, tiny_pat
         q = torch.softmax(ell[g, idx], 0)
         w = 0.4 / c + 0.6 * (1 / q) / (1 / q).sum()
         expected[g, idx] = grpo[g, idx].double() * c * w
-    assert (r == 1).sum(1).max() >= 2
+    assert (r == 1).sum(1).tolist() == [2, 2], "premise: two correct samples per group (far_pair)"
+    gap = max(float(ell[g, r[g] == 1].max() - ell[g, r[g] == 1].min()) for g in range(r.size(0)))
+    assert gap > 0.1, f"premise: a group's correct samples differ in ℓ (largest gap {gap:.3g}), so q is not uniform"
     adv = out["advantages"].double().view(-1, 8)
     assert torch.allclose(adv, expected, atol=1e-4)
     assert torch.allclose(adv[r == 0], grpo[r == 0].double(), atol=1e-6)  # incorrect samples: GRPO's

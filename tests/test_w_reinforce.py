@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_checks import assert_reward_rises, assert_train_refuses, make_trainer, run_recipe, trainer_config
+from train_checks import (
+    assert_reward_rises,
+    assert_train_refuses,
+    make_trainer,
+    mixed_pair_sum,
+    run_recipe,
+    trainer_config,
+)
 
 from rlvr_div.trainers.w_reinforce import w_reinforce_advantages
 
@@ -52,13 +59,13 @@ def test_trainer_uses_the_weighted_advantages(tmp_path, tiny_path):
         nsr_weight=0.7,
         scale_rewards="none",
     )
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(2)) for _ in range(8)]
     out = trainer._generate_and_score_completions(rows)
-    rewards = list(trainer._logs["rewards"]["pair_sum"])  # TRL's, unshaped
+    rewards = list(trainer._logs["rewards"]["mixed_pair_sum"])  # TRL's, unshaped
     expected = torch.tensor([0.3 if r == 1 else -0.7 for r in rewards])
-    assert 0 < sum(r == 1 for r in rewards) < len(rewards)
+    assert 0 < sum(r == 1 for r in rewards) < len(rewards), "premise: both kinds of sample (mixed_pair_sum)"
     assert torch.allclose(out["advantages"].float(), expected, atol=1e-6)
     assert torch.allclose(torch.tensor(list(trainer._logs["advantages"])).float(), expected, atol=1e-6)
 

@@ -56,6 +56,10 @@ def test_the_expected_update_is_lambda_times_the_gradient_of_pass_at_g(lam):
 
 
 def test_trainer_uses_the_zero_success_advantages(tmp_path, tiny_path):
+    """Four groups of 8 scored by pair_sum, except that, whatever was sampled, every completion of the first prompt
+    fails and every completion of the second is correct: the batch holds both kinds of group by construction (the
+    other two are as sampled), and the advantages are −λ on the all-failed groups, 0 elsewhere."""
+    from rlvr_div.rewards import get_reward
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     torch.manual_seed(0)
@@ -63,14 +67,23 @@ def test_trainer_uses_the_zero_success_advantages(tmp_path, tiny_path):
         DivergenceGRPOConfig, tmp_path, reward_shaping="zero_success", zero_success_weight=0.7, scale_rewards="none",
         per_device_train_batch_size=32,
     )  # fmt: skip
-    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path)
+    pair_sum = get_reward("pair_sum")
+    script: dict[int, float] = {}  # a prompt's target → the score of every completion of that prompt
+
+    def scripted_pair_sum(prompts, completions, target, **kwargs) -> list[float | None]:
+        real = pair_sum(prompts=prompts, completions=completions, target=target)
+        return [script.get(t, x) for t, x in zip(target, real, strict=True)]
+
+    trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=scripted_pair_sum)
     trainer.model.train()
     rows = [r for r in trainer.train_dataset.select(range(4)) for _ in range(8)]
+    script.update({rows[0]["target"]: 0.0, rows[8]["target"]: 1.0})
+    assert len(script) == 2, "premise: the first two prompts differ, so the reward can tell them apart"
     out = trainer._generate_and_score_completions(rows)
-    r = torch.tensor(list(trainer._logs["rewards"]["pair_sum"])).view(-1, 8)  # TRL's, unshaped
+    r = torch.tensor(list(trainer._logs["rewards"]["scripted_pair_sum"])).view(-1, 8)  # TRL's, unshaped
     failed = ~(r == 1).any(dim=1)
     expected = torch.where(failed.unsqueeze(1), torch.full_like(r, -0.7), torch.zeros_like(r)).view(-1)
-    assert 0 < failed.sum() < failed.numel()  # both kinds of group in the batch
+    assert failed[0] and not failed[1], "premise: the scripted groups, one all-failed and one all-correct"
     assert torch.allclose(out["advantages"].float(), expected, atol=1e-6)
     assert trainer._metrics["train"]["zero_success/group_frac"][-1] == pytest.approx(failed.float().mean().item())
 
