@@ -7,12 +7,16 @@ log p(y_t | x, y_<t) = log softmax(logits / T)[y_t], no top-p: the model's own d
 
 The output head is applied to the scored positions only and the log-softmax runs over chunks of them
 (:func:`completion_logprobs`), so memory grows with the rows' length, not with length × vocabulary (a 262,144-token
-vocabulary makes float32 logits at every position of a batch the largest tensor by far).
+vocabulary makes float32 logits at every position of a batch the largest tensor by far). The same pieces, the
+probe forward that stops at the head's input (:func:`head_split`) and the chunked head with each chunk recomputed in
+backward (:func:`head_chunks`, :func:`head_token_stats`), give the trainers their per-token log-probs and entropies in
+training (``rlvr_div.trainers.common.chunked_token_logps``, SimKO's statistics).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -163,12 +167,12 @@ def completion_logprobs(
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
     targets = input_ids.gather(1, columns + 1)
-    split = _head_split(model, input_ids, attention_mask, past)
+    split = head_split(model, input_ids, attention_mask, past)
     if split is None:
         cached = {} if past is None else {"past_key_values": past()}
         logits = model(input_ids=input_ids, attention_mask=attention_mask, **cached).logits
         logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-        n = chunk_size or _default_chunk(logits.size(-1))
+        n = chunk_size or default_chunk(logits.size(-1))
         flat, flat_targets = logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
         pieces = [
             _gathered_log_softmax(flat[i : i + n], flat_targets[i : i + n], temperature)
@@ -177,21 +181,59 @@ def completion_logprobs(
         return torch.cat(pieces).view(targets.shape)
     head, finish, hidden, vocab = split
     h = hidden.gather(1, columns.unsqueeze(-1).expand(-1, -1, hidden.size(-1))).reshape(-1, hidden.size(-1))
-    flat_targets = targets.reshape(-1)
-    n = chunk_size or _default_chunk(vocab)
+    logps, _ = head_token_stats(head, finish, h, targets.reshape(-1), temperature, chunk_size or default_chunk(vocab))
+    return logps.view(targets.shape)
+
+
+def head_token_stats(
+    head: torch.nn.Module,
+    finish: Callable[[torch.Tensor], torch.Tensor],
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """For each row h_i of ``hidden`` (N, hidden size) and its token ``targets[i]``: log p_i(target) and, with
+    ``entropy``, H_i = −Σ_v p_i(v)·log p_i(v), where p_i = softmax(finish(head(h_i)) / T); (N,) each, float32
+    (float64 for float64 logits), differentiable unless under no_grad; chunked as :func:`head_chunks` does."""
+    stats = functools.partial(_stats, entropy=entropy)
+    out = head_chunks(head, finish, hidden, targets, temperature, chunk_size, stats)
+    return (out[:, 0], out[:, 1]) if entropy else (out, None)
+
+
+def head_chunks(
+    head: torch.nn.Module,
+    finish: Callable[[torch.Tensor], torch.Tensor],
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+    stats: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``stats(z, y)`` of the rows of ``hidden`` (N, hidden size), concatenated: z = finish(head(h)) / T, the
+    (n, vocabulary) float32 (float64) logits of a chunk of n rows, and y their ``targets`` (n,); ``stats`` returns
+    (n, ...).
+
+    The logits are formed ``chunk_size`` rows at a time (:func:`default_chunk`: :data:`LOGIT_CHUNK_BYTES` of float32
+    logits) and dropped once ``stats`` has read them; with gradients each chunk is recomputed in its backward
+    (activation checkpointing), so autograd keeps the chunk's rows of ``hidden``, not its logits. Peak memory beyond
+    ``hidden``: the few chunk × vocabulary tensors ``stats`` and its gradient form at a time."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     checkpoint = (
-        h.size(0) > n
+        hidden.size(0) > chunk_size
         and torch.is_grad_enabled()
-        and (h.requires_grad or any(p.requires_grad for p in head.parameters()))
+        and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     )
     pieces = []
-    for i in range(0, h.size(0), n):
-        args = (head, finish, h[i : i + n], flat_targets[i : i + n], temperature)
+    for i in range(0, max(hidden.size(0), 1), chunk_size):  # no rows: one empty chunk, for the output's shape
+        args = (head, finish, hidden[i : i + chunk_size], targets[i : i + chunk_size], temperature, stats)
         if checkpoint:
-            pieces.append(torch.utils.checkpoint.checkpoint(_head_log_softmax, *args, use_reentrant=False))
+            pieces.append(torch.utils.checkpoint.checkpoint(_head_chunk, *args, use_reentrant=False))
         else:
-            pieces.append(_head_log_softmax(*args))
-    return torch.cat(pieces).view(targets.shape)
+            pieces.append(_head_chunk(*args))
+    return torch.cat(pieces)
 
 
 def completion_logprobs_unchunked(
@@ -211,48 +253,63 @@ vocabulary (Gemma-3), 341 of a 49,152-token one (SmolLM2); a small vocabulary fi
 _log = logging.getLogger(__name__)
 
 
-def _default_chunk(vocab: int) -> int:
+def default_chunk(vocab: int) -> int:
+    """Rows of logits per chunk: :data:`LOGIT_CHUNK_BYTES` of float32 logits of a ``vocab``-token vocabulary."""
     return max(1, LOGIT_CHUNK_BYTES // (4 * vocab))
 
 
-def _gathered_log_softmax(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, own: bool = False
-) -> torch.Tensor:
-    """log softmax(logits / T)[target] over the last axis, in float32 (float64 for float64 logits). ``own``: the
-    logits are a temporary of the caller's that no one else reads (nor autograd saves), divided by T in place."""
+def _gathered_log_softmax(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T)[target] over the last axis, in float32 (float64 for float64 logits)."""
     logits = logits if logits.dtype == torch.float64 else logits.float()
-    if own and temperature != 1.0:
-        logits = logits.div_(temperature)
-    elif not own:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def _head_log_softmax(
+def _head_chunk(
     head: torch.nn.Module,
     finish: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
     targets: torch.Tensor,
     temperature: float,
+    stats: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
-    """One chunk: log softmax(finish(head(h)) / T)[target] for each row h of ``hidden``; its logits are divided by T
-    in place (x / 1 = x exactly, so T = 1 skips it): two chunk × vocabulary tensors at a time in float32."""
-    return _gathered_log_softmax(finish(head(hidden)), targets, temperature, own=True)
+    """One chunk of :func:`head_chunks`: ``stats(finish(head(hidden)) / T, targets)``, the logits a temporary of
+    this function in float32 (float64 for float64 logits), divided by T in place (x / 1 = x exactly: T = 1 skips
+    it)."""
+    logits = finish(head(hidden))
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    if temperature != 1.0:
+        logits = logits.div_(temperature)
+    return stats(logits, targets)
+
+
+def _stats(logits: torch.Tensor, targets: torch.Tensor, entropy: bool) -> torch.Tensor:
+    """log softmax(z)[y] (n,) of logits z (n, V), or with ``entropy`` (n, 2) of that and H = −Σ_v p_v·log p_v: one
+    chunk × vocabulary tensor beside z, three with the entropy (p = exp(log p) and p·log p)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not entropy:
+        return chosen
+    return torch.stack([chosen, -(logp.exp() * logp).sum(-1)], dim=-1)
 
 
 _UNSPLIT: weakref.WeakSet[Any] = weakref.WeakSet()
-"""Models whose logits :func:`_head_split` could not reproduce from their head: later calls skip the probe forward
+"""Models whose logits :func:`head_split` could not reproduce from their head: later calls skip the probe forward
 (and its warning) and go straight to the full logits."""
 
 
-def _head_split(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, past: Callable[[], Any] | None = None
+def head_split(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    past: Callable[[], Any] | None = None,
+    **forward_kwargs: Any,
 ) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor], torch.Tensor, int] | None:
     """Run ``model`` with its output head fed one probe position: (head module, what the model applies after it,
     the head's input hidden states (rows, width, hidden), vocabulary size), or None (before any forward) for a model
     without an output-embeddings module. A forward that did not go through the head once on (rows, width, hidden),
-    or whose logits at the probe position no known finish reproduces, is also None after a warning."""
+    or whose logits at the probe position no known finish reproduces, is also None after a warning.
+    ``forward_kwargs`` go to the model's forward (``use_cache=False`` in training)."""
     get = getattr(model, "get_output_embeddings", None)
     head = get() if callable(get) else None
     if not isinstance(head, torch.nn.Module) or model in _UNSPLIT:
@@ -269,7 +326,7 @@ def _head_split(
     handle = head.register_forward_pre_hook(probe, with_kwargs=True)
     try:
         cached = {} if past is None else {"past_key_values": past()}
-        expected = model(input_ids=input_ids, attention_mask=attention_mask, **cached).logits
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, **cached, **forward_kwargs).logits
     finally:
         handle.remove()
     hidden = seen[0] if len(seen) == 1 else None
@@ -279,7 +336,8 @@ def _head_split(
     if finish is None:
         _log.warning(
             "%s: its logits are not its output embeddings' output plus a known finish; log-probs are computed from "
-            "its full logits (rows x width x vocabulary), from now on without the probe forward",
+            "its full logits (rows x width x vocabulary; in training, by TRL's fused LM head), from now on without "
+            "the probe forward",
             type(model).__name__,
         )
         with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced is probed every time

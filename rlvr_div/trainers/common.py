@@ -1,6 +1,6 @@
 """The plumbing the project's GRPO trainer (``DivergenceGRPOTrainer``) and its plug-ins share: TRL's group advantages
-and loss normalisers, gathered sequence log-probs, the per-step diversity metrics, and the replacement of TRL's
-advantages by shaped ones.
+and loss normalisers, gathered sequence log-probs, the per-step diversity metrics, the replacement of TRL's
+advantages by shaped ones, and the per-token forward whose LM head runs in chunks (:func:`chunked_token_logps`).
 
 Every function takes the trainer (a ``trl.GRPOTrainer``) as its first argument where it needs one; none keeps state,
 except that :func:`log_group_diversity` leaves the batch's gathered texts on the trainer (``gathered_texts``).
@@ -18,6 +18,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.logprobs import default_chunk, head_split, head_token_stats
 from rlvr_div.rewards.base import check_validity_reward_index, completion_text
 from rlvr_div.trainers import trl_seam
 
@@ -196,3 +197,80 @@ def completion_mask(inputs: dict[str, Any]) -> torch.Tensor:
     """The completion tokens that count: TRL's completion mask, times its tool mask when there is one."""
     mask = inputs["completion_mask"]
     return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
+
+TRITON_DEVICES = ("cuda", "xpu")
+"""Devices where TRL's fused LM head runs its Triton kernel on the scored tokens only, one logits tile in place: the
+trainers keep TRL's forward there. Elsewhere TRL folds [4096 tokens × 32768 vocabulary] tiles with torch ops over
+every position of the rows, several float32 tiles at a time (measured: about 4 in its forward, 9 in its backward)."""
+
+
+def chunked_token_logps(
+    trainer: Any,
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    batch_size: int | None = None,
+    compute_entropy: bool = False,
+    compute_aux_loss: bool = False,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None, None] | None:
+    """TRL's per-token forward (``_get_per_token_logps_and_entropies``) with the LM head applied to the scored
+    positions only, a chunk of them at a time: (log-probs, entropies or None, None), or None where TRL's own forward
+    should run.
+
+    For each of the last K = ``logits_to_keep`` tokens y_t of a row: log p(y_t) and, with ``compute_entropy``,
+    H_t = −Σ_v p(v)·log p(v), where p = softmax(logits_{t−1} / T) at the trainer's sampling temperature T; 0 (both)
+    where ``attention_mask`` is 0, as TRL gives. One forward per ``batch_size`` rows stops at the hidden states the
+    head takes (:func:`rlvr_div.logprobs.head_split`), and :func:`rlvr_div.logprobs.head_token_stats` forms the logits
+    of the attended completion tokens :data:`rlvr_div.logprobs.LOGIT_CHUNK_BYTES` at a time, recomputing each chunk in
+    backward: memory beyond the backbone's activations is a few chunk × vocabulary tensors, whatever the number of
+    rollouts. Equal to TRL's fused head up to float round-off (``tests/test_training_memory.py``).
+
+    None (TRL's forward runs) for multimodal inputs (``kwargs`` not all None), the MoE auxiliary loss, a model on a
+    device where TRL's Triton kernel runs (:data:`TRITON_DEVICES`), a sharded model (DeepSpeed, FSDP) and a model
+    whose logits are not its output head plus a known finish (``head_split`` warns once)."""
+    if compute_aux_loss or any(v is not None for v in kwargs.values()):
+        return None
+    if input_ids.device.type in TRITON_DEVICES or distributed_backend(trainer.args) is not None:
+        return None
+    rows, width = input_ids.shape
+    keep_cols = min(logits_to_keep, width - 1)  # TRL's log-probs have width − 1 columns, its last K taken
+    size = batch_size or rows
+    logps, entropies = [], []
+    for start in range(0, rows, size):
+        ids, attention = input_ids[start : start + size], attention_mask[start : start + size]
+        with trainer.accelerator.autocast():
+            split = head_split(model, ids, attention, use_cache=False)
+            if split is None:  # a model the probe cannot split (known from its first forward): TRL's, all rows
+                return None
+            head, finish, hidden, vocab = split
+            scored = attention[:, width - keep_cols :].bool()
+            h = hidden[:, width - 1 - keep_cols : width - 1][scored]
+            targets = ids[:, width - keep_cols :][scored]
+            lp, ent = head_token_stats(head, finish, h, targets, trainer.temperature, default_chunk(vocab),
+                                       entropy=compute_entropy)  # fmt: skip
+        logps.append(lp.new_zeros(scored.shape).masked_scatter(scored, lp))
+        if ent is not None:
+            entropies.append(ent.new_zeros(scored.shape).masked_scatter(scored, ent))
+    return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+
+def chunked_or_trl_forward(
+    trainer: Any,
+    trl_forward: Any,
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    batch_size: int | None = None,
+    compute_entropy: bool = False,
+    compute_aux_loss: bool = False,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """:func:`chunked_token_logps`, or ``trl_forward`` (TRL's ``_get_per_token_logps_and_entropies``, bound) with the
+    same arguments where that returns None."""
+    args = (model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss)
+    out = chunked_token_logps(trainer, *args, **kwargs)
+    return trl_forward(*args, **kwargs) if out is None else out

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from rlvr_div.divergences import DIVERGENCES, check_divergence_params, token_divergence
 from rlvr_div.errors import ConfigError, relative_path_hint
+from rlvr_div.logprobs import completion_logprobs
 from rlvr_div.ranges import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin
@@ -242,14 +243,13 @@ class Rehearsal(GRPOPlugin):
 
     def _separate_forward(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """log π_θ of the stored completion tokens from a forward of its own (left-aligned rows, default positions),
-        at the sampling temperature."""
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        at the sampling temperature, the output head applied to those tokens only, in chunks
+        (:func:`rlvr_div.logprobs.completion_logprobs`: no rows × width × vocabulary logits)."""
         # the logits that predict completion token t of row i sit at column prompt_lengths[i] − 1 + t
         columns = _completion_columns(batch["prompt_lengths"] - 1, batch)
-        logits = logits.gather(1, columns.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
         # log-probs at the temperature the stored reference log-probs were computed at (checked against summary.json)
-        logps = torch.log_softmax(logits.float() / self.trainer.temperature, dim=-1)
-        return logps.gather(-1, batch["input_ids"].gather(1, columns + 1).unsqueeze(-1)).squeeze(-1)
+        return completion_logprobs(model, batch["input_ids"], batch["attention_mask"], columns,
+                                   self.trainer.temperature)  # fmt: skip
 
     def _term(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """mean_t f(u_t) over this process's rehearsal shard, u_t = π_θ/π_ref at the stored tokens (f on reference

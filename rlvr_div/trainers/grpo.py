@@ -6,7 +6,9 @@ are each a plug-in (:mod:`rlvr_div.trainers.plugin`), one module per method.
 method of its own: TRL computes the policy loss with its own KL switched off (the divergence term is the
 ``divergence`` plug-in, :mod:`rlvr_div.trainers.divergence_term`), and the active plug-ins, in their modules' ORDER,
 
-- may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs;
+- may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs, which
+  off CUDA/XPU come from the project's forward with the LM head in chunks (loss, reference and π_old alike:
+  :func:`rlvr_div.trainers.common.chunked_token_logps`), else from TRL's fused LM head;
 - see every scored batch (gathered rewards and validity) and may replace a training batch's advantages;
 - may wrap the whole loss (or replace it, as α-DPG and FlowRL do; then no other active plug-in may act on the loss
   or the advantages) and add terms to TRL's policy loss;
@@ -27,6 +29,7 @@ Every step also logs, from rewards gathered over all processes (a prompt's group
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,12 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.trainers.common import checked_init_arguments, log_group_diversity, replace_advantages
+from rlvr_div.trainers.common import (
+    checked_init_arguments,
+    chunked_or_trl_forward,
+    log_group_diversity,
+    replace_advantages,
+)
 from rlvr_div.trainers.plugin import GRPOPlugin, check_loss_owners, check_parameters, plugin_args, plugin_classes
 
 PLUGIN_CLASSES: tuple[type[GRPOPlugin], ...] = tuple(plugin_classes())
@@ -91,7 +99,8 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         """The active plug-in called ``name``, or None."""
         return next((p for p in self.plugins if p.name == name), None)
 
-    # -- the per-token log-prob forward: a plug-in may run it (DPH-RL's folded rows); every plug-in sees its result
+    # -- the per-token log-prob forward: the LM head in chunks where TRL's kernel would form large tiles (CPU), else
+    # TRL's; a plug-in may run it (DPH-RL's folded rows); every plug-in sees its result
     def _get_per_token_logps_and_entropies(  # noqa: ANN202
         self,
         model: Any,
@@ -103,7 +112,7 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         compute_aux_loss: bool = False,
         **kwargs: Any,
     ):
-        base = super()._get_per_token_logps_and_entropies
+        base = functools.partial(chunked_or_trl_forward, self, super()._get_per_token_logps_and_entropies)
         out = None
         for plugin in self.plugins:
             out = plugin.forward(base, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,

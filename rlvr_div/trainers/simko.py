@@ -27,8 +27,10 @@ Implementation: TRL's loss receives l̃_t in place of log π_θ(y_t|s_t),
 
 whose value is l_t exactly and whose gradient gives exp(l̃_t − l^old_t) the gradient of r̃_t above (and of λ·A on the
 penalised tokens); for ``cispo`` and ``vespo``, whose gradient is c·A·∇l_t with c detached, it is the same
-redistribution of ∇l_t. The loss forward computes the full logits (TRL's fused LM head yields no top-K): log π,
-H_t, the top-K and the top-1 come from one float32 log-softmax of the logits divided by the temperature.
+redistribution of ∇l_t. The loss forward computes its own logits (TRL's fused LM head yields no top-K), at the
+completion positions only and a chunk of them at a time (:func:`rlvr_div.logprobs.head_chunks`, each chunk recomputed
+in backward): log π, H_t, the top-K and the top-1 come from one float32 log-softmax of the logits divided by the
+temperature.
 
 Branches are chosen by the sign of the advantage the loss uses; the released code picks the positive branch by
 reward == 1 and the negative one by A < 0. With one binary verifier and group-relative advantages (the paper's
@@ -45,6 +47,7 @@ released code's; docs/methods.md lists what differs from that code.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +56,7 @@ from typing import Any, NamedTuple
 import torch
 
 from rlvr_div.errors import ConfigError
+from rlvr_div.logprobs import default_chunk, head_chunks, head_split
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, UNIT, Range
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, global_masked_mean
@@ -78,6 +82,19 @@ def token_statistics(logits: torch.Tensor, ids: torch.Tensor, top_k: int) -> Tok
     topk_logps = logp.gather(-1, top)
     is_top1 = logits.detach().argmax(-1) == ids
     return TokenStats(logps, entropies, topk_logps, is_top1)
+
+
+def packed_statistics(logits: torch.Tensor, ids: torch.Tensor, top_k: int) -> torch.Tensor:
+    """:func:`token_statistics` of logits (n, V) in one (n, K + 3) tensor: l_t, H_t, l_t^(1..K), [y_t is the top-1]
+    (as 0/1), for :func:`rlvr_div.logprobs.head_chunks`."""
+    s = token_statistics(logits, ids, top_k)
+    flags = s.is_top1.to(s.logps.dtype)
+    return torch.cat([s.logps.unsqueeze(-1), s.entropies.unsqueeze(-1), s.topk_logps, flags.unsqueeze(-1)], dim=-1)
+
+
+def unpack_statistics(packed: torch.Tensor, top_k: int) -> TokenStats:
+    """The :class:`TokenStats` that :func:`packed_statistics` packed into ``packed`` (..., K + 3)."""
+    return TokenStats(packed[..., 0], packed[..., 1], packed[..., 2 : 2 + top_k], packed[..., 2 + top_k] > 0.5)
 
 
 def high_entropy_positions(entropies: torch.Tensor, mask: torch.Tensor, tau: float) -> torch.Tensor:
@@ -220,17 +237,29 @@ class SimKO(GRPOPlugin):
                    batch_size: int | None) -> TokenStats:  # fmt: skip
         """:func:`token_statistics` of the completion tokens (the last ``logits_to_keep`` columns) from the model's
         logits at the sampling temperature, in chunks of ``batch_size`` rows; 0 (log-prob, entropy) where
-        ``attention_mask`` is 0, as TRL's forward gives."""
+        ``attention_mask`` is 0, as TRL's forward gives. The head is applied to the completion positions only,
+        :data:`rlvr_div.logprobs.LOGIT_CHUNK_BYTES` of logits at a time, each chunk recomputed in backward
+        (:func:`rlvr_div.logprobs.head_chunks`); a model whose logits the probe cannot split gets its full logits of
+        those positions."""
         trainer = self.trainer
-        rows = input_ids.size(0)
+        rows, top_k, temperature = input_ids.size(0), trainer.args.simko_top_k, trainer.temperature
         size = batch_size or rows
         parts = []
         for start in range(0, rows, size):
             ids, att = input_ids[start : start + size], attention_mask[start : start + size]
+            targets = ids[:, -logits_to_keep:]
             with trainer.accelerator.autocast():
-                out = model(input_ids=ids, attention_mask=att, logits_to_keep=logits_to_keep + 1, use_cache=False)
-            logits = out.logits[:, -(logits_to_keep + 1) : -1] / trainer.temperature
-            parts.append(token_statistics(logits, ids[:, -logits_to_keep:], trainer.args.simko_top_k))
+                split = head_split(model, ids, att, use_cache=False)
+                if split is None:
+                    out = model(input_ids=ids, attention_mask=att, logits_to_keep=logits_to_keep + 1, use_cache=False)
+                    logits = out.logits[:, -(logits_to_keep + 1) : -1] / temperature
+                    parts.append(token_statistics(logits, targets, top_k))
+                    continue
+                head, finish, hidden, vocab = split
+                h = hidden[:, -(logits_to_keep + 1) : -1].reshape(-1, hidden.size(-1))
+                stats = functools.partial(packed_statistics, top_k=top_k)
+                packed = head_chunks(head, finish, h, targets.reshape(-1), temperature, default_chunk(vocab), stats)
+            parts.append(unpack_statistics(packed.view(*targets.shape, -1), top_k))
         stats = TokenStats(*(torch.cat(field_parts, dim=0) for field_parts in zip(*parts, strict=True)))
         keep = attention_mask[:, -logits_to_keep:].bool()
         zero = torch.zeros((), dtype=stats.logps.dtype, device=stats.logps.device)
