@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "on", "off"],
         help="apply the tokenizer's chat template: auto = when the prompt is a list of messages",
     )
+    ap.add_argument(
+        "--stop-text",
+        default="task",
+        help="a completion ends with the first token holding this text (default 'task': the task's own, e.g. a "
+        "newline for format=fewshot; 'none': only EOS)",
+    )
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
     ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda when available)")
     ap.add_argument(
@@ -160,6 +166,7 @@ def _prepare(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size,
         backend=args.backend,
         chat_template=_chat_template(args.chat_template),
+        stop_text=args.stop_text.replace("\\n", "\n").replace("\\t", "\t"),  # --stop-text '\n\n' as typed
         threads=args.threads,
         bootstrap=args.bootstrap,
         maj_subsets=args.maj_subsets,

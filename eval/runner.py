@@ -256,7 +256,7 @@ def prepare(
     samples a model made there; ``fresh``: start every model over, let sample logs replace what was there."""
     from eval.score_only import check_columns, read_source
     from rlvr_div.rewards import get_reward
-    from rlvr_div.tasks import check_task, get_task
+    from rlvr_div.tasks import check_task, get_task, task_reward_settings, task_stop_text
 
     if not models and not samples:
         raise ConfigError("give at least one --model NAME=PATH or --samples NAME=FILE")
@@ -300,6 +300,12 @@ def prepare(
         if "prompt" not in dataset.column_names:
             raise ConfigError(f"task {task!r} has no 'prompt' column")
         reward_name = reward or spec.reward
+    if task is not None:  # the task's defaults (a few-shot prompt's answer extraction) under the given settings
+        reward_settings = task_reward_settings(task, reward_name, reward_settings, **task_options)
+        if settings.get("stop_text", "task") == "task":  # a few-shot prompt's blank line ends a completion
+            settings["stop_text"] = task_stop_text(task, **task_options)
+    if settings.get("stop_text") in ("task", "none"):
+        settings["stop_text"] = None
     reward_obj = get_reward(reward_name, **(reward_settings or {}))
     if dataset is not None and refs:
         missing = [c for c in reward_obj.columns if c not in dataset.column_names]

@@ -69,6 +69,7 @@ class EvalSettings:
     seed: int = 0
     batch_size: int = 256
     chat_template: bool | None = None
+    stop_text: str | None = None
     backend: str = "hf"
     dtype: str = "float32"
     device: str = "cpu"
@@ -86,11 +87,15 @@ class EvalSettings:
             seed=self.seed,
             batch_size=self.batch_size,
             chat_template=self.chat_template,
+            stop_text=self.stop_text,
         )
 
     def sample_key(self) -> dict[str, Any]:
         d = asdict(self)
-        return {k: d[k] for k in SAMPLE_KEYS}
+        key = {k: d[k] for k in SAMPLE_KEYS}
+        if self.stop_text is not None:  # left out when unset: evaluations made before it still resume
+            key["stop_text"] = self.stop_text
+        return key
 
 
 def parse_model_arg(text: str, flag: str = "--model") -> tuple[str, str]:

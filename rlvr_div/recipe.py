@@ -380,7 +380,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     from rlvr_div.models import check_model_settings, resolve_model
     from rlvr_div.rewards import get_reward
     from rlvr_div.rewards.base import check_validity_reward_index
-    from rlvr_div.tasks import check_task
+    from rlvr_div.tasks import check_task, task_reward_settings, task_stop_text
     from rlvr_div.tiny_base import tiny_spec
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.plugin import active_plugins
@@ -403,8 +403,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     for name in settings:
         if name not in rewards:
             raise ConfigError(f"reward_kwargs names {name!r}, which is not one of the run's rewards {rewards}")
-    for name in rewards:
-        get_reward(name, **settings.get(name, {}))  # unknown names and settings fail here, in one line
+    for name in rewards:  # unknown names and settings fail here, in one line
+        get_reward(name, **task_reward_settings(script.task, name, settings.get(name), **options))
+    stop = task_stop_text(script.task, **options)
+    if stop is not None and getattr(training, "use_vllm", False):
+        raise ConfigError(f"task {script.task!r} ends completions at {stop!r}, which rlvr-div applies to HF "
+                          "generation only; train it without use_vllm")  # fmt: skip
     if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
         raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
     check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)

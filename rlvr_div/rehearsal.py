@@ -67,7 +67,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
     from rlvr_div.models import load_tokenizer, resolve_model
     from rlvr_div.rewards import get_reward
     from rlvr_div.sampling import SamplingConfig
-    from rlvr_div.tasks import get_task, get_task_spec
+    from rlvr_div.tasks import get_task, get_task_spec, task_reward_settings, task_stop_text
     from rlvr_div.trainers.dph import offline_stage
 
     out = Path(training.rehearsal_path)
@@ -80,6 +80,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         max_new_tokens=training.max_completion_length,
         seed=training.seed,
         batch_size=training.rehearsal_sampling_batch_size,
+        stop_text=task_stop_text(script.task, **script.task_kwargs()),  # as training's generation
     )
     rewards = script.rewards or [get_task_spec(script.task).reward]
     validity = rewards[getattr(training, "validity_reward_index", 0)]
@@ -106,7 +107,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
     dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs())
     if script.task_size is not None:
         dataset = dataset.select(range(min(script.task_size, len(dataset))))
-    reward = get_reward(validity)
+    reward = get_reward(validity, **task_reward_settings(script.task, validity, None, **script.task_kwargs()))
     path = resolve_model(model_args.model_name_or_path, script.gguf_file)
     tokenizer = load_tokenizer(path, script.gguf_file, model_args.model_revision, training.trust_remote_code)
     device = training.device

@@ -22,6 +22,10 @@ whole chunks.
 vLLM backend: one ``LLM.generate`` call per chunk with ``SamplingParams(n=n, seed=prompt_seed(seed, i))`` per prompt
 (vLLM's per-request generators give the same independence of the batch; its random streams differ from HF's).
 
+Stop text. With ``stop_text`` (a few-shot prompt's newline, after which the model would go on with the next "Q:"),
+a completion also ends with the first token whose text contains it, which stays in the completion, as an EOS
+token does (:func:`stop_token_ids`); its finish reason is ``stop``.
+
 Returned per prompt: completion texts (special tokens skipped), completion token ids (including the EOS token when
 the completion stopped on one, as TRL's completion mask does), finish reasons (``stop``/``length``) and optionally the
 log-probability of each sampled token under the distribution it was drawn from (T and top-p applied; with top_p = 1
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -59,6 +64,7 @@ class SamplingConfig:
     seed: int = 0
     batch_size: int = 256
     chat_template: bool | None = None
+    stop_text: str | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -71,6 +77,8 @@ class SamplingConfig:
         for key, ok, want in checks:
             if not ok:
                 raise ConfigError(f"sampling {key}={getattr(self, key)!r} is invalid; it must be {want}")
+        if self.stop_text == "":
+            raise ConfigError("sampling stop_text is empty; give the text that ends a completion, or None")
 
     def prompts_per_batch(self) -> int:
         """Prompts per generate call: ``batch_size // n`` (at least 1; with n > batch_size one prompt's samples
@@ -78,7 +86,11 @@ class SamplingConfig:
         return max(1, self.batch_size // self.n)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings; ``stop_text`` only when set (records written before it existed stay equal)."""
+        d = asdict(self)
+        if d["stop_text"] is None:
+            del d["stop_text"]
+        return d
 
 
 @dataclass
@@ -163,6 +175,25 @@ def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
     return ids
 
 
+_STOP_IDS: weakref.WeakKeyDictionary[Any, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
+
+
+def stop_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """The ids of every vocabulary token whose text contains ``text`` (e.g. a newline): a completion ends with the
+    first such token, as with an EOS token (it stays in the completion). A text split over two tokens does not end
+    it (a blank line after text is two newline tokens in SmolLM2's tokenizer: stop on one newline). Computed once per
+    tokenizer and text (one decode per vocabulary entry)."""
+    known = _STOP_IDS.setdefault(tokenizer, {})
+    if text not in known:
+        vocab = range(len(tokenizer))
+        texts = tokenizer.batch_decode([[i] for i in vocab], skip_special_tokens=False)
+        ids = tuple(i for i, t in zip(vocab, texts) if text in t)
+        if not ids:
+            raise ConfigError(f"no token of the tokenizer contains the stop text {text!r}")
+        known[text] = ids
+    return list(known[text])
+
+
 def decode_completions(tokenizer: Any, completion_ids: list[list[int]]) -> list[str]:
     """Texts of completions (special tokens skipped), decoding each distinct id sequence once (samples of one
     prompt repeat often)."""
@@ -173,6 +204,10 @@ def decode_completions(tokenizer: Any, completion_ids: list[list[int]]) -> list[
 
 # --------------------------------------------------------------------------------------------- HF backend
 
+
+# The nucleus is looked for among the most likely NUCLEUS_CANDIDATES tokens of a row (a partial top-k, not a sort of
+# the vocabulary); a row whose candidates hold less than top_p of the mass is sorted in full.
+NUCLEUS_CANDIDATES = 256
 
 # torch.rand draws u <= 1 - 2**-24; u * (1 - 2**-23) * total < total strictly in float32 (rounding to nearest
 # cannot reach total from at least one ulp below it), so the inverse CDF never lands past the last kept token.
@@ -197,8 +232,7 @@ def choose_tokens(
     logp = torch.log_softmax(logits, dim=-1) if logprobs else None
     probs = logp.exp() if logp is not None else torch.softmax(logits, dim=-1)
     if top_p < 1:
-        probs, order = probs.sort(dim=-1, descending=True, stable=True)
-        probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)
+        probs, order = _nucleus(probs, top_p)
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:]
     pos = torch.searchsorted(cdf, (u.to(cdf) * _U_SCALE).unsqueeze(-1) * total, right=True)
@@ -209,6 +243,22 @@ def choose_tokens(
     if top_p < 1:
         chosen = chosen - total.squeeze(-1).log()
     return tokens, chosen
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities in descending order with those outside the top-p nucleus set to 0, their token ids).
+
+    A token is in the nucleus when the mass of the tokens before it (in descending order) is < top_p, so when the
+    :data:`NUCLEUS_CANDIDATES` most likely tokens of every row hold at least top_p, the nucleus lies among them and a
+    partial top-k replaces the sort of the vocabulary (the same kept tokens and probabilities; tokens of equal
+    probability may come in another order than a stable sort's). Otherwise every row is sorted in full."""
+    k = min(NUCLEUS_CANDIDATES, probs.size(-1))
+    top, order = probs.topk(k, dim=-1, sorted=True)
+    if k == probs.size(-1) or bool((top.cumsum(dim=-1)[:, -1] >= top_p).all()):
+        sorted_probs = top
+    else:
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    return sorted_probs.masked_fill(sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p, 0.0), order
 
 
 class _InverseCDFProcessor:
@@ -259,6 +309,9 @@ class HFSampler:
         self.eos_ids = eos_token_ids(tokenizer, model)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+        # the tokens that end a completion: EOS, and those holding the stop text
+        stops = stop_token_ids(tokenizer, config.stop_text) if config.stop_text is not None else []
+        self.end_ids = self.eos_ids + [i for i in stops if i not in self.eos_ids]
 
     def sample(
         self,
@@ -305,7 +358,7 @@ class HFSampler:
                     prompt_ids=encoded[p],
                     completions=decode_completions(self.tokenizer, comp_ids),
                     completion_ids=comp_ids,
-                    finish_reasons=["stop" if c and c[-1] in self.eos_ids else "length" for c in comp_ids],
+                    finish_reasons=["stop" if c and c[-1] in self.end_ids else "length" for c in comp_ids],
                     logprobs=lp_out[p * n : (p + 1) * n] if logprobs else None,
                 )
             )
@@ -329,7 +382,7 @@ class HFSampler:
             do_sample=False,
             num_beams=1,
             max_new_tokens=cfg.max_new_tokens,
-            eos_token_id=self.eos_ids,
+            eos_token_id=self.end_ids,
             pad_token_id=self.pad_id,
         )
         with _plain_generation_config(self.model):
@@ -340,7 +393,7 @@ class HFSampler:
                 logits_processor=LogitsProcessorList([processor]),
             )
         gen = out[:, width:].cpu()
-        is_eos = torch.isin(gen, torch.tensor(self.eos_ids))
+        is_eos = torch.isin(gen, torch.tensor(self.end_ids))
         has_eos = is_eos.any(dim=1)
         lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, gen.shape[1]).tolist()
         ids = [row[:length] for row, length in zip(gen.tolist(), lengths)]
@@ -377,6 +430,7 @@ class VLLMSampler:
         self.tokenizer = tokenizer
         self.config = config
         self.eos_ids = eos_token_ids(tokenizer)
+        self.stop_ids = stop_token_ids(tokenizer, config.stop_text) if config.stop_text is not None else None
         kwargs: dict[str, Any] = {"model": model_path, "seed": config.seed, "logprobs_mode": "processed_logprobs"}
         self.lora_request = None
         if lora_path is not None:
@@ -418,6 +472,7 @@ class VLLMSampler:
                         max_tokens=cfg.max_new_tokens,
                         seed=prompt_seed(cfg.seed, i),
                         logprobs=0 if logprobs else None,
+                        stop_token_ids=self.stop_ids,
                     )
                     for i in idx
                 ]

@@ -31,7 +31,7 @@ from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
 from rlvr_div.resume_order import epoch_replay
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 from rlvr_div.run_lock import directory_lock
-from rlvr_div.trainers.trl_seam import colocated_vllm_on_cpu, tied_weights_are_not_missing
+from rlvr_div.trainers.trl_seam import colocated_vllm_on_cpu, end_completions_at, tied_weights_are_not_missing
 
 logger = logging.getLogger("rlvr_div.train")
 
@@ -81,7 +81,8 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     )
     from rlvr_div.preflight import is_lora_target_error, lora_error_line
     from rlvr_div.rewards import get_reward
-    from rlvr_div.tasks import get_task, get_task_spec
+    from rlvr_div.sampling import stop_token_ids
+    from rlvr_div.tasks import get_task, get_task_spec, task_reward_settings, task_stop_text
     from rlvr_div.trainers import TRAINERS
     from rlvr_div.trainers.plugin import train_dataset_of
 
@@ -91,9 +92,10 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))
     check_prompts_per_step(len(dataset), training)
-    settings = script.reward_settings()
+    settings, options = script.reward_settings(), script.task_kwargs()
     reward_funcs = [
-        get_reward(n, **settings.get(n, {})) for n in (script.rewards or [get_task_spec(script.task).reward])
+        get_reward(n, **task_reward_settings(script.task, n, settings.get(n), **options))
+        for n in (script.rewards or [get_task_spec(script.task).reward])
     ]
     # a GGUF checkpoint becomes a cached plain one here: TRL loads a path and would never see gguf_file
     model_path = checkpoint_path(model.model_name_or_path, script.gguf_file, model.model_revision)
@@ -123,6 +125,9 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
                 raise ConfigError(lora_error_line(e, model)) from None
             raise
     tied_weights_are_not_missing(trainer)
+    stop = task_stop_text(script.task, **options)  # a few-shot prompt's newline ends a completion
+    if stop is not None:  # (with use_vllm refused by recipe.validate)
+        end_completions_at(trainer, stop_token_ids(tokenizer, stop))
     # an adapter records tiny-<spec hash> or its GGUF source (package:NAME or the file), not a cache path
     store_portable_base(trainer.model, gguf_source(model.model_name_or_path, script.gguf_file))
     if not script.console_logs:

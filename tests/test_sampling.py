@@ -196,3 +196,62 @@ def test_make_sampler(tiny):
         make_sampler("nope", SamplingConfig(), tok, model=model)
     with pytest.raises(ConfigError, match="temperature > 0"):
         next(HFSampler(model, tok, SamplingConfig(temperature=0)).sample(PROMPTS, logprobs=True))
+
+
+# --------------------------------------------------------------------------------------------- stop text
+
+
+def test_stop_token_ids_are_the_tokens_holding_the_text(tiny):
+    from rlvr_div.sampling import stop_token_ids
+
+    _, tok = tiny
+    assert [tok.decode([i]) for i in stop_token_ids(tok, "=")] == ["="]
+    with pytest.raises(ConfigError, match="no token of the tokenizer contains the stop text"):
+        stop_token_ids(tok, "é")
+    with pytest.raises(ConfigError, match="stop_text is empty"):
+        SamplingConfig(stop_text="")
+
+
+def test_a_stop_text_cuts_each_sample_at_its_first_stop_token_and_changes_nothing_before(tiny):
+    """The same uniforms draw the same tokens: a sample with a stop text is the sample without it, up to and including
+    its first token holding the text; a sample that never reaches one is unchanged. The stop text is chosen by
+    measuring the free samples (the tiny tokenizer spells them one character a token): the character that the most
+    samples go on after, among those that some sample lacks, so that both cases occur."""
+    from rlvr_div.sampling import stop_token_ids
+
+    kwargs = dict(n=16, seed=3, max_new_tokens=8)
+    free = run(tiny, PROMPTS, **kwargs)
+    texts = [t for a in free for t in a.completions]
+    _, tok = tiny
+    cut = {c: sum(c in t[:-1] for t in texts) for c in sorted(set("".join(texts))) if any(c not in t for t in texts)}
+    stop = max(cut, key=cut.get, default=None)
+    assert stop is not None and cut[stop] > 0, f"premise: a character some samples go on after, some lack ({cut})"
+    assert [tok.decode([i]) for i in stop_token_ids(tok, stop)] == [stop], "premise: one token, the character alone"
+    stopped = run(tiny, PROMPTS, stop_text=stop, **kwargs)
+    for a, b in zip(free, stopped):
+        for ids, text, ids_s, text_s, why in zip(
+            a.completion_ids, a.completions, b.completion_ids, b.completions, b.finish_reasons
+        ):
+            if stop in text:
+                assert text_s == text[: text.index(stop) + 1] and why == "stop" and ids_s == ids[: len(ids_s)]
+            else:
+                assert ids_s == ids
+
+
+@pytest.mark.parametrize("decay", [0.05, 1e-5])  # a peaked vocabulary (top-k path) and a flat one (the full sort)
+def test_the_nucleus_from_a_partial_top_k_equals_the_sorted_one(decay):
+    from rlvr_div.sampling import NUCLEUS_CANDIDATES, _nucleus
+
+    g = torch.Generator().manual_seed(1)
+    # p_i ∝ exp(−decay · rank), the ranks shuffled over a 5,000-token vocabulary, row by row
+    logits = torch.stack([-decay * torch.randperm(5000, generator=g).double() for _ in range(6)])
+    probs = torch.softmax(logits, -1)
+    kept, order = _nucleus(probs, 0.9)
+    ref = probs.sort(dim=-1, descending=True, stable=True)
+    ref_kept = ref.values.masked_fill(ref.values.cumsum(-1) - ref.values >= 0.9, 0.0)
+    partial = kept.size(-1) == NUCLEUS_CANDIDATES
+    assert partial == (decay == 0.05)  # premise: each case takes the path it is meant to test
+    for row in range(6):
+        mine = {int(t): float(p) for t, p in zip(order[row], kept[row]) if p > 0}
+        theirs = {int(t): float(p) for t, p in zip(ref.indices[row], ref_kept[row]) if p > 0}
+        assert mine == theirs and len(mine) > 1

@@ -30,7 +30,7 @@ from rlvr_div.trainers.trl_seam import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_PATCH_TARGETS = {"sync_weights", "LLM"}  # public names, listed because the project patches them
+PUBLIC_PATCH_TARGETS = {"sync_weights", "LLM", "eos_token_ids", "generation_config"}  # public, but patched
 # a project name that coincides with a private TRL name on an object that is not TRL's
 NOT_TRL = {("rlvr_div/sampling.py", "_generate")}  # Sampler._generate, the sampler's own method
 

@@ -1,7 +1,8 @@
 """Math rewards: answer accuracy verified by math-verify, and an optional format reward.
 
 ``math_accuracy`` (reads column ``answer``): the final answer is the content of the completion's last ``\\boxed{…}``
-(the prompts of the math tasks ask for it); the score is
+(the prompts of the math tasks ask for it), or with ``extract="answer_is"`` the number after the first "The answer
+is" (the answer of a few-shot completion-style prompt, whose completion goes on with more "Q:" lines); the score is
 
     r(completion, gold) = 1  if math-verify judges the answer equal to the gold answer (gold first:
                              ``verify(parse(gold), parse(answer))``), 0 otherwise,
@@ -47,6 +48,9 @@ _BARE_TOKEN = re.compile(r"[^\s$]+")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _SPACES = re.compile(r"\s+")
 FALLBACKS = ("none", "last_number")
+EXTRACTS = ("boxed", "answer_is")
+_ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
+_LEADING_NUMBER = re.compile(r"[\s:=$]*(-?\d[\d,]*(?:\.\d+)?)")
 
 
 def _clean(answer: str) -> str | None:
@@ -85,6 +89,17 @@ def last_number(text: str, tail: int = 500) -> str | None:
     """The last number in the final ``tail`` characters of ``text`` (commas removed), or None."""
     numbers = _NUMBER.findall(text[-tail:])
     return numbers[-1].replace(",", "") if numbers else None
+
+
+def answer_is(text: str) -> str | None:
+    """The number right after the first "The answer is" in ``text`` (case-insensitive; ``:``, ``=`` and ``$`` may
+    come between), commas removed; None when there is no such phrase or no number follows it. "The answer is 1,200."
+    -> ``"1200"``; a sentence's final period is no decimal point (``"6."`` -> ``"6"``, ``"6.5"`` -> ``"6.5"``)."""
+    found = _ANSWER_IS.search(text)
+    if found is None:
+        return None
+    m = _LEADING_NUMBER.match(text, found.end(), found.end() + 64)
+    return m.group(1).replace(",", "") if m else None
 
 
 def gold_text(gold: Any) -> str:
@@ -170,9 +185,11 @@ class MathAccuracy(Reward):
 
     Settings: ``deadline`` (s per verification, hard: the worker is killed), ``batch_budget`` (s for all the
     verifications of one ``score`` call; the answers not verified by then score 0, with a warning counting them;
-    ``None``: no budget), ``workers`` (processes; default one per core), ``max_answer_chars``, ``fallback``
-    (``"none"``: no box means no answer; ``"last_number"``: then the last number of the completion is the answer, as
-    in GSM8K-style evaluation), ``memory_mb`` (per worker).
+    ``None``: no budget), ``workers`` (processes; default one per core), ``max_answer_chars``, ``extract``
+    (``"boxed"``: the last ``\\boxed{}``; ``"answer_is"``: the number after the first "The answer is", the answer of
+    the math tasks' ``format: fewshot`` prompts, which select it), ``fallback`` (when the extraction finds nothing;
+    ``"none"``: no answer; ``"last_number"``: the last number of the completion is the answer, as in GSM8K-style
+    evaluation), ``memory_mb`` (per worker).
     """
 
     name = "math_accuracy"
@@ -187,6 +204,7 @@ class MathAccuracy(Reward):
         memory_mb: int | None = 4096,
         cache_size: int = CACHE_SIZE,
         batch_budget: float | None = BATCH_BUDGET_S,
+        extract: str = "boxed",
     ) -> None:
         if deadline <= 0:
             raise ConfigError(f"math_accuracy deadline must be > 0 seconds, got {deadline}")
@@ -198,12 +216,15 @@ class MathAccuracy(Reward):
             )
         if fallback not in FALLBACKS:
             raise ConfigError(f"math_accuracy fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
+        if extract not in EXTRACTS:
+            raise ConfigError(f"math_accuracy extract must be one of {', '.join(EXTRACTS)}, got {extract!r}")
         if workers is not None and workers < 1:
             raise ConfigError(f"math_accuracy workers must be >= 1, got {workers}")
         self.deadline = float(deadline)
         self.workers = workers
         self.max_answer_chars = int(max_answer_chars)
         self.fallback = fallback
+        self.extract_mode = extract  # (``extract`` is the method)
         self.memory_mb = memory_mb
         self.cache_size = int(cache_size)
         self.batch_budget = None if batch_budget is None else float(batch_budget)
@@ -219,6 +240,8 @@ class MathAccuracy(Reward):
         }
         if self.batch_budget != BATCH_BUDGET_S:  # the default is left out: evaluations made before it still resume
             out["batch_budget"] = self.batch_budget
+        if self.extract_mode != "boxed":  # likewise: the default is left out
+            out["extract"] = self.extract_mode
         return out
 
     @property
@@ -236,7 +259,10 @@ class MathAccuracy(Reward):
             self._pool.close()
 
     def extract(self, completion: str) -> str | None:
-        answer = extract_boxed(completion, self.max_answer_chars)
+        if self.extract_mode == "answer_is":
+            answer = answer_is(completion)
+        else:
+            answer = extract_boxed(completion, self.max_answer_chars)
         if answer is None and self.fallback == "last_number":
             answer = last_number(completion)
         return answer

@@ -25,6 +25,7 @@ TASKS: Registry[TaskSpec] = Registry(
         "rlvr_div.tasks.between",
         "rlvr_div.tasks.countries",
         "rlvr_div.tasks.math",
+        "rlvr_div.tasks.wordmath",
         "rlvr_div.tasks.spider",
         "rlvr_div.tasks.synth_sql",
         "rlvr_div.tasks.bird",
@@ -77,8 +78,33 @@ def data_source(name: str, split: str | None = None, **options: Any) -> str:
     return spec.source(split, **options)
 
 
+def task_reward_settings(name: str, reward: str, given: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """The settings of reward ``reward`` on task ``name`` built with ``options``: the task's defaults for that reward
+    (:attr:`TaskSpec.reward_settings`, e.g. the answer extraction its prompt format needs) updated by ``given``, the
+    settings the user gave (``reward_kwargs`` in a recipe, ``--reward-arg`` in eval)."""
+    spec = get_task_spec(name)
+    defaults = spec.reward_settings(**options).get(reward, {}) if spec.reward_settings is not None else {}
+    return {**defaults, **(given or {})}
+
+
+def task_stop_text(name: str, **options: Any) -> str | None:
+    """The text that ends a completion of task ``name`` built with ``options`` (:attr:`TaskSpec.stop_text`), or None."""
+    spec = get_task_spec(name)
+    return spec.stop_text(**options) if spec.stop_text is not None else None
+
+
 def list_tasks() -> list[TaskSpec]:
     return [TASKS.get(n) for n in TASKS.names()]
 
 
-__all__ = ["TASKS", "TaskSpec", "check_task", "data_source", "get_task", "get_task_spec", "list_tasks"]
+__all__ = [
+    "TASKS",
+    "TaskSpec",
+    "check_task",
+    "data_source",
+    "get_task",
+    "get_task_spec",
+    "list_tasks",
+    "task_reward_settings",
+    "task_stop_text",
+]

@@ -1,9 +1,12 @@
 """Math benchmark tasks, verified by ``math_accuracy``: GSM8K, MATH (its train set for training), MATH-500, AIME 2024,
 AMC 2023, Minerva Math, SVAMP, ASDiv and OlympiadBench.
 
-Each row has ``prompt`` (the problem followed by an instruction to reason step by step and put the final answer in
-``\\boxed{}``; chat messages by default, plain text with ``chat=False``), ``question`` (the problem) and ``answer``
-(the gold final answer as text, extracted from each dataset's own field; see ``../shared/data/MANIFEST.md``).
+Each row has ``prompt``, ``question`` (the problem) and ``answer`` (the gold final answer as text, extracted from each
+dataset's own field; see ``../shared/data/MANIFEST.md``). The prompt's ``format``: ``boxed`` (default) is the problem
+followed by an instruction to reason step by step and put the final answer in ``\\boxed{}`` (chat messages by
+default, plain text with ``chat=False``); ``fewshot`` is a plain completion-style text, two worked examples and then
+``Q: <problem>\nA:`` (:func:`fewshot_prompt`), whose answer is the number after the first "The answer is": the task
+then sets ``math_accuracy``'s ``extract="answer_is"`` by default (:func:`math_reward_settings`).
 
 Data comes from ``path``: a ``.jsonl``/``.json``/``.parquet`` file (then the split is ignored: the file is the data),
 a directory holding ``<split>.jsonl``, or a hub id whose ``split`` is loaded (``openai/gsm8k`` gets its config
@@ -43,6 +46,19 @@ from rlvr_div.tasks.data import (
 logger = logging.getLogger(__name__)
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+FORMATS = ("boxed", "fewshot")
+# the two worked examples of the few-shot prompt: written for it, taken from no benchmark (tests/test_wordmath.py)
+FEWSHOT_EXAMPLES = (
+    (
+        "A baker puts 24 muffins into 4 boxes, with the same number of muffins in each box. "
+        "How many muffins are in each box?",
+        "24 / 4 = 6. The answer is 6.",
+    ),
+    (
+        "Nina has 15 stickers. Her brother gives her 8 more stickers. How many stickers does Nina have now?",
+        "15 + 8 = 23. The answer is 23.",
+    ),
+)
 _UNIT_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
 
 
@@ -161,6 +177,45 @@ def math_prompt(question: str, chat: bool = True, system: str | None = None) -> 
     return messages + [{"role": "user", "content": text}]
 
 
+def fewshot_prompt(question: str) -> str:
+    """The plain two-shot prompt: ``Q: <example>\\nA: <equation> = <n>. The answer is <n>.`` twice, each followed by a
+    blank line, then ``Q: <question>\\nA:``."""
+    shots = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in FEWSHOT_EXAMPLES)
+    return f"{shots}Q: {question}\nA:"
+
+
+def check_format(task: str, format: str = "boxed", chat: bool | None = None, system: str | None = None) -> None:
+    """One-line ConfigError for an unknown ``format``, or chat options on the plain ``fewshot`` prompt."""
+    if format not in FORMATS:
+        raise ConfigError(f"task {task!r}: format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "fewshot" and (chat or system):
+        raise ConfigError(f"task {task!r}: format fewshot is a plain-text prompt; it takes no chat=True or system")
+
+
+def make_prompt(question: str, format: str = "boxed", chat: bool | None = None, system: str | None = None) -> Any:
+    """The prompt of one problem in ``format`` (:data:`FORMATS`; ``chat`` None: chat messages for ``boxed``)."""
+    if format == "fewshot":
+        return fewshot_prompt(question)
+    return math_prompt(question, True if chat is None else chat, system)
+
+
+def math_reward_settings(format: str = "boxed", **_: Any) -> dict[str, dict[str, Any]]:
+    """The reward settings a math task's ``format`` needs: ``fewshot`` answers are read after "The answer is"."""
+    return {"math_accuracy": {"extract": "answer_is"}} if format == "fewshot" else {}
+
+
+# A few-shot completion ends with its line: each example's answer is one line, and after it the model writes the next
+# "Q:" (tokens that cost sampling time and carry no answer). A newline, not a blank line: tokenizers such as
+# SmolLM2's emit a blank line after text as two newline tokens, which no single stop token covers.
+FEWSHOT_STOP = "\n"
+
+
+def math_stop_text(format: str = "boxed", **_: Any) -> str | None:
+    """The text that ends a completion in ``format``: a newline for ``fewshot`` (one-line answers), none for
+    ``boxed``."""
+    return FEWSHOT_STOP if format == "fewshot" else None
+
+
 def _resolve(source: MathSource, path: str | None) -> tuple[str, Path | str]:
     """("file" | "dir" | "hub", location) of a task's data; raises a one-line ConfigError when absent."""
     if path is None:
@@ -217,13 +272,15 @@ def build_math(
     seed: int = 0,
     path: str | None = None,
     size: int | None = None,
-    chat: bool = True,
+    chat: bool | None = None,
     system: str | None = None,
     shuffle: bool = False,
     config: str | None = None,
+    format: str = "boxed",
 ) -> datasets.Dataset:
     """Rows ``{prompt, question, answer}`` of benchmark ``name`` in file order (shuffled by ``seed`` if
-    ``shuffle``), the first ``size`` of them if given."""
+    ``shuffle``), the first ``size`` of them if given; prompts in ``format`` (:func:`make_prompt`)."""
+    check_format(name, format, chat, system)
     source = SOURCES[name]
     rows = []
     dropped = 0
@@ -232,7 +289,7 @@ def build_math(
         if not q or not gold:
             dropped += 1
             continue
-        rows.append({"prompt": math_prompt(q, chat, system), "question": q, "answer": gold})
+        rows.append({"prompt": make_prompt(q, format, chat, system), "question": q, "answer": gold})
     if dropped:
         logger.warning("task %s: dropped %d rows without a problem or gold answer", name, dropped)
     if not rows:
@@ -241,7 +298,10 @@ def build_math(
 
 
 def _check(name: str) -> Callable[..., None]:
-    def check(path: str | None = None, **_: Any) -> None:
+    def check(
+        path: str | None = None, format: str = "boxed", chat: bool | None = None, system: str | None = None, **_: Any
+    ) -> None:
+        check_format(name, format, chat, system)
         _resolve(SOURCES[name], path)
 
     return check
@@ -262,8 +322,10 @@ for _name, _source in SOURCES.items():
             _name,
             _builder(_name),
             reward="math_accuracy",
-            description=f"{_source.description}; final answer in \\boxed{{}}",
+            description=f"{_source.description}; final answer in \\boxed{{}} (or format=fewshot)",
             check=_check(_name),
             source=partial(math_source, _name),
+            reward_settings=math_reward_settings,
+            stop_text=math_stop_text,
         ),
     )

@@ -78,7 +78,9 @@ TRL_NAMES: tuple[TRLName, ...] = (
                 "image_position_ids"),
         used_by=(f"{GRPO}._compute_loss", f"{GRPO}._generate_and_score_completions"),
         note="the plug-ins' forward hook (DPH-RL folds its rows in); the override passes the multimodal parameters "
-             "on as **kwargs; FlowRL's loss runs it in place of TRL's _compute_loss",
+             "on as **kwargs; FlowRL's loss runs it in place of TRL's _compute_loss. Off Triton devices it computes "
+             "text-only log-probs and entropies itself (common.chunked_token_logps: the LM head in chunks), which "
+             "must equal TRL's: tests/test_training_memory.py compares the two",
     ),
     TRLName(
         GRPO, "_compute_loss", "method", ("override", "read"), (GRPO_PY,),
@@ -134,6 +136,17 @@ TRL_NAMES: tuple[TRLName, ...] = (
     TRLName(
         GRPO, "_entropy_window_stats", "instance_attribute", ("read", "write"), (SEAM_PY,),
         used_by=(f"{GRPO}._compute_loss",), note="the adaptive entropy controller's per-step window",
+    ),
+    TRLName(
+        GRPO, "eos_token_ids", "instance_attribute", ("read", "write"), (SEAM_PY,),
+        used_by=(f"{GRPO}._generate_single_turn",),
+        note="public, but written after TRL's __init__ (end_completions_at): the ids that end a completion and its "
+             "completion mask; a task's stop text adds its tokens",
+    ),
+    TRLName(
+        GRPO, "generation_config", "instance_attribute", ("read", "write"), (SEAM_PY,),
+        used_by=(f"{GRPO}._generate_single_turn",),
+        note="public; its eos_token_id is set with eos_token_ids (end_completions_at)",
     ),
     # -- transformers.Trainer
     TRLName(
@@ -377,6 +390,15 @@ def entropy_window(trainer: Any) -> Any:
 def set_entropy_window(trainer: Any, stats: Any) -> None:
     """Set :func:`entropy_window` (None starts a new window)."""
     trainer._entropy_window_stats = stats
+
+
+def end_completions_at(trainer: Any, token_ids: Sequence[int]) -> None:
+    """Make the trainer's HF generation end a completion at any of ``token_ids`` as at EOS: generation stops there
+    and the completion mask ends with that token (a task's stop text, :func:`rlvr_div.sampling.stop_token_ids`)."""
+    ids = trainer.eos_token_ids  # extended in place: TRL's generation kwargs hold the same list
+    ids.extend(int(i) for i in dict.fromkeys(token_ids) if int(i) not in ids)
+    if getattr(trainer, "generation_config", None) is not None:
+        trainer.generation_config.eos_token_id = list(ids)
 
 
 def per_token_logps_params() -> tuple[str, ...]:
