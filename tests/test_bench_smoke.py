@@ -26,6 +26,7 @@ def test_every_script_has_a_smoke_mode():
         "bench_dph_step.py",
         "bench_exact_measure.py",
         "bench_logprob_memory.py",
+        "bench_real_lm_sampling.py",
         "bench_real_lm_step.py",
         "bench_rewards.py",
         "bench_sampled_vs_exact.py",

@@ -1,0 +1,45 @@
+"""Whether this CPU computes bfloat16 natively, so that a bfloat16 forward pass is faster, not slower, than float32.
+
+Native means AMX tiles (``amx_bf16``) or AVX-512 BF16 (``avx512_bf16``) among the CPU's flags: oneDNN then runs
+bfloat16 matrix products at several times the float32 rate. Without them (AVX2 machines, many AMD EPYCs) torch
+emulates bfloat16 by converting to float32 and back, which costs more than it saves. The flags are read from
+``/proc/cpuinfo`` (Linux); elsewhere, or when it cannot be read, the answer is False (float32, never slower).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The feature flags of the first CPU in ``cpuinfo`` (default: ``/proc/cpuinfo``; empty when unreadable)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return frozenset()
+    return _parse(cpuinfo)
+
+
+def _parse(cpuinfo: str) -> frozenset[str]:
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+@functools.cache
+def native_bf16() -> bool:
+    """Whether this CPU has AMX or AVX-512 BF16 (:data:`NATIVE_BF16_FLAGS`)."""
+    return bool(cpu_flags() & set(NATIVE_BF16_FLAGS))
+
+
+def describe() -> str:
+    """One line for a run's start: which bfloat16 support this CPU has."""
+    found = sorted(cpu_flags() & set(NATIVE_BF16_FLAGS))
+    if found:
+        return f"CPU with native bfloat16 ({', '.join(found)})"
+    return "CPU without native bfloat16 (no amx_bf16 / avx512_bf16)"
