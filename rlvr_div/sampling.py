@@ -205,8 +205,8 @@ def decode_completions(tokenizer: Any, completion_ids: list[list[int]]) -> list[
 # --------------------------------------------------------------------------------------------- HF backend
 
 
-# The nucleus is looked for among the most likely NUCLEUS_CANDIDATES tokens of a row (a partial top-k, not a sort of
-# the vocabulary); a row whose candidates hold less than top_p of the mass is sorted in full.
+# The nucleus is looked for among the most likely NUCLEUS_CANDIDATES tokens of each row (a partial top-k, not a sort
+# of the vocabulary), 8 times as many while a row's candidates hold less than top_p of its mass (:func:`_nucleus`).
 NUCLEUS_CANDIDATES = 256
 
 # torch.rand draws u <= 1 - 2**-24; u * (1 - 2**-23) * total < total strictly in float32 (rounding to nearest
@@ -248,17 +248,21 @@ def choose_tokens(
 def _nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(probabilities in descending order with those outside the top-p nucleus set to 0, their token ids).
 
-    A token is in the nucleus when the mass of the tokens before it (in descending order) is < top_p, so when the
-    :data:`NUCLEUS_CANDIDATES` most likely tokens of every row hold at least top_p, the nucleus lies among them and a
-    partial top-k replaces the sort of the vocabulary (the same kept tokens and probabilities; tokens of equal
-    probability may come in another order than a stable sort's). Otherwise every row is sorted in full."""
-    k = min(NUCLEUS_CANDIDATES, probs.size(-1))
-    top, order = probs.topk(k, dim=-1, sorted=True)
-    if k == probs.size(-1) or bool((top.cumsum(dim=-1)[:, -1] >= top_p).all()):
-        sorted_probs = top
-    else:
-        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
-    return sorted_probs.masked_fill(sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p, 0.0), order
+    A token is in the nucleus when the mass of the tokens before it (in descending order) is < top_p, so when the k
+    most likely tokens of every row hold at least top_p, the nucleus lies among them and a partial top-k replaces the
+    sort of the vocabulary (the same kept tokens and probabilities; tokens of equal probability may come in another
+    order than a stable sort's). k starts at :data:`NUCLEUS_CANDIDATES` and grows 8-fold while a row falls short; at
+    the vocabulary's size the rows are sorted in full."""
+    vocab = probs.size(-1)
+    k = min(NUCLEUS_CANDIDATES, vocab)
+    while k < vocab:
+        top, order = probs.topk(k, dim=-1, sorted=True)
+        if bool((top.cumsum(dim=-1)[:, -1] >= top_p).all()):
+            break
+        k = min(8 * k, vocab)
+    if k == vocab:
+        top, order = probs.sort(dim=-1, descending=True, stable=True)
+    return top.masked_fill(top.cumsum(dim=-1) - top >= top_p, 0.0), order
 
 
 class _InverseCDFProcessor:
