@@ -81,11 +81,24 @@ def _main(args: argparse.Namespace) -> int:
     from collapse_bench.real_math_stages import in_process_executor, subprocess_executor
 
     study = load_study(args.config)
+    if is_draft(args.config):
+        raise ConfigError(f"{args.config} is a draft (draft: true): its pilot values are not set, so it does not run; "
+                          "set them, remove the key and commit the config first")  # fmt: skip
     executor = in_process_executor if args.in_process else subprocess_executor
     driver = Driver(study, out, executor, config=args.config)
     failed = driver.run(_names(args.arms, "--arms"), _seeds(args.seeds))
     print(f"report: {write_report(study, out, command, args.config)}")
     return 1 if failed else 0
+
+
+def is_draft(config: str | Path) -> bool:
+    """Whether a study config says ``draft: true`` (values still to be set: ``run`` refuses it, ``report`` reads it)."""
+    from rlvr_div.recipe import read_yaml_mapping
+
+    draft = read_yaml_mapping(Path(config), "real-math study config").get("draft", False)
+    if not isinstance(draft, bool):
+        raise ConfigError(f"draft must be true or false, got {draft!r}")
+    return draft
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
 
 TOP_KEYS = {"model", "gguf_file", "task", "task_options", "threads", "train", "eval", "common", "arms", "seeds",
-            "primary"}  # fmt: skip
+            "primary", "draft"}  # fmt: skip
 TRAIN_KEYS = {"split", "filter"}
 FILTER_KEYS = {"n", "limit", "temperature", "top_p", "max_new_tokens"}
 EVAL_KEYS = {"split", "limit", "path_limit", "n_path", "n_end", "max_new_tokens", "temperature", "top_p",

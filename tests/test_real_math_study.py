@@ -117,6 +117,16 @@ def test_the_draft_config_loads_with_the_issues_arms_in_priority_order() -> None
     assert "TO BE SET FROM THE PILOT" in (ROOT / "bench" / "real_math.yaml").read_text()
 
 
+def test_a_draft_config_is_refused_by_run_in_one_line(tmp_path: Path, capsys) -> None:
+    path = config(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**raw, "draft": True}))
+    assert cli_main(["run", "--config", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a draft (draft: true)" in err[0] and not (tmp_path / "o").exists()
+    assert yaml.safe_load((ROOT / "bench" / "real_math.yaml").read_text())["draft"] is True  # until its values are set
+
+
 # --------------------------------------------------------------------------------------------- runs
 
 
