@@ -349,7 +349,7 @@ class HFSampler:
         lp_out: list[list[float]] = []
         for start in range(0, len(uniforms), cfg.batch_size):
             stop = min(start + cfg.batch_size, len(uniforms))
-            ids, lps = self._generate([encoded[r // n] for r in range(start, stop)], uniforms[start:stop], logprobs)
+            ids, lps = self._generate(encoded, [r // n for r in range(start, stop)], uniforms[start:stop], logprobs)
             ids_out += ids
             lp_out += lps or []
         results = []
@@ -370,16 +370,28 @@ class HFSampler:
 
     @torch.inference_mode()
     def _generate(
-        self, prompt_ids: list[list[int]], uniforms: torch.Tensor, record: bool
+        self, prompts: list[list[int]], rows: list[int], uniforms: torch.Tensor, record: bool
     ) -> tuple[list[list[int]], list[list[float]] | None]:
-        """One ``generate`` call over left-padded prompts; completions cut after their first EOS."""
+        """One ``generate`` call whose row r continues ``prompts[rows[r]]`` (left-padded); completions cut after
+        their first end token.
+
+        A prompt with several rows is read once: its KV cache (all but its last token) comes from one forward pass
+        over the distinct prompts and is copied to its rows, so a batch of one prompt × n samples costs one prompt's
+        prefill, not n (the completions' distribution is unchanged; the floats can differ in their last bits with
+        the batch's shape, as any batching can, module docstring)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         cfg = self.config
         device = self.model.device
-        width = max(len(p) for p in prompt_ids)
-        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompt_ids], dtype=torch.long)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], dtype=torch.long)
+        distinct = sorted(set(rows))
+        local = torch.tensor([distinct.index(p) for p in rows], dtype=torch.long)
+        width = max(len(prompts[p]) for p in distinct)
+        padded = torch.tensor([[self.pad_id] * (width - len(prompts[p])) + prompts[p] for p in distinct])
+        mask = torch.tensor([[0] * (width - len(prompts[p])) + [1] * len(prompts[p]) for p in distinct])
+        shared: dict[str, Any] = {}
+        if len(distinct) < len(rows) and min(len(prompts[p]) for p in distinct) > 1:
+            shared["past_key_values"] = self._prefix_cache(padded[:, :-1], mask[:, :-1], local)
+        input_ids, attention = padded[local], mask[local]
         record = record and cfg.temperature > 0
         processor = _InverseCDFProcessor(uniforms.to(device), width, cfg.temperature, cfg.top_p, record)
         gen_cfg = GenerationConfig(
@@ -395,6 +407,7 @@ class HFSampler:
                 attention_mask=attention.to(device),
                 generation_config=gen_cfg,
                 logits_processor=LogitsProcessorList([processor]),
+                **shared,
             )
         gen = out[:, width:].cpu()
         is_eos = torch.isin(gen, torch.tensor(self.end_ids))
@@ -405,6 +418,22 @@ class HFSampler:
             return ids, None
         lp = torch.stack(processor.logprobs, dim=1).cpu().tolist() if processor.logprobs else [[] for _ in ids]
         return ids, [row[:length] for row, length in zip(lp, lengths)]
+
+    def _prefix_cache(self, ids: torch.Tensor, mask: torch.Tensor, local: torch.Tensor) -> Any:
+        """The KV cache of the left-padded distinct prompts ``ids`` (positions counted from each prompt's first
+        token, as ``generate`` counts them), its row r copied from distinct prompt ``local[r]``."""
+        device = self.model.device
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        cache.batch_select_indices(local.to(device))
+        return cache
 
 
 # --------------------------------------------------------------------------------------------- vLLM backend

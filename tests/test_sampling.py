@@ -255,3 +255,25 @@ def test_the_nucleus_from_a_partial_top_k_equals_the_sorted_one(decay, width):
         mine = {int(t): float(p) for t, p in zip(order[row], kept[row]) if p > 0}
         theirs = {int(t): float(p) for t, p in zip(ref.indices[row], ref_kept[row]) if p > 0}
         assert mine == theirs and len(mine) > 1
+
+
+def test_a_prompt_with_several_rows_is_read_once(tiny):
+    """The prompts' prefill runs over the distinct prompts (2 here), not over their 2 × 4 rows; the samples' log-probs
+    still equal a full forward pass over prompt + completion (test_logprobs_match_token_logprobs checks them all)."""
+    model, tok = tiny
+    widths: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        out = run(tiny, PROMPTS[:2], logprobs=True, n=4, batch_size=8)
+    finally:
+        hook.remove()
+    longest = max(len(r.prompt_ids) for r in out)
+    assert widths[0] == (2, longest - 1)  # the shared prefill: every prompt token but the last, once per prompt
+    assert widths[1] == (8, 1)  # then each row goes on from its prompt's last token
+    prompts = [r.prompt_ids for r in out for _ in r.completion_ids]
+    comps = [c for r in out for c in r.completion_ids]
+    ref = token_logprobs(model, prompts, comps, temperature=1.0, batch_size=8, pad_token_id=tok.pad_token_id)
+    for got, want in zip([lp for r in out for lp in r.logprobs], ref):
+        assert got == pytest.approx(want, abs=1e-4)
