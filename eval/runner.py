@@ -49,6 +49,7 @@ from eval.settings import (
     ModelRef,
     check_backend,
     check_device,
+    check_sampling_memory,
     default_device,
     parse_model_arg,
     resolve_dtype,
@@ -338,6 +339,8 @@ def prepare(
         s.sampling()  # validates n, temperature, top_p, …
         if s.threads is not None and s.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
+        if dataset is not None and any(r.name == ref_name for r in refs):  # a model to sample: can it be held?
+            check_sampling_memory(s, len(dataset) if limit is None else min(limit, len(dataset)))
         if not fresh and any(r.name == ref_name for r in refs):
             check_resume(out / ref_name, s)
         elif not fresh:

@@ -3,6 +3,7 @@ device, with which dtype and backend. Nothing here loads a model."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -233,3 +234,36 @@ def check_device(device: str) -> None:
         raise ConfigError(f"--device {device} but this machine has {build}; use --device cpu")
     if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
         raise ConfigError(f"--device {device!r} is not cpu, cuda, cuda:N or mps")
+
+
+SAMPLE_BYTES = 4  # float32 uniforms (HF backend; rlvr_div.sampling.prompt_uniforms) or token ids, per token per sample
+
+
+def check_sampling_memory(settings: EvalSettings, problems: int) -> None:
+    """One line, before anything is written, when one chunk of the sampler (``batch_size // n`` prompts, at least
+    one, of ``problems``) would hold more per-token values than this machine has memory available: the HF backend
+    draws ``n × max_new_tokens`` float32 uniforms per prompt up front (``--n 100000000`` would ask for 204.8 GB)."""
+    rows = min(settings.sampling().prompts_per_batch(), max(problems, 1)) * settings.n
+    need = rows * settings.max_new_tokens * SAMPLE_BYTES
+    have = available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"--n {settings.n} × --max-new-tokens {settings.max_new_tokens} needs {need / 1e9:.1f} GB for the "
+            f"sampler's per-token values of {rows} sequences at once ({SAMPLE_BYTES} bytes each), more than the "
+            f"{have / 1e9:.1f} GB of memory available; lower --n or --max-new-tokens"
+        )
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (psutil's ``available`` where installed, else the physical
+    memory), or None where neither can be read."""
+    try:
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.virtual_memory().available)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None

@@ -133,6 +133,9 @@ def _unknown_key_hint(key: str) -> str:
     return "`rlvr-div train --help` lists the keys"
 
 
+_EXAMPLE_RECIPE = "recipes/tiny/grpo.yaml"
+
+
 def _read_recipe(argv: list[str]) -> dict[str, Any]:
     """The YAML mapping named by ``--config`` (empty without one); a run's resolved ``recipe.yaml`` is flattened
     back into a recipe (:func:`recipe_from_resolved`)."""
@@ -201,11 +204,23 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """A YAML file that must hold a mapping (a recipe, a benchmark config): one-line :class:`ConfigError` for a
-    missing file, invalid YAML or anything but a mapping."""
+    missing or unreadable file, a directory, text that is not UTF-8 (naming the byte's offset), invalid YAML or
+    anything but a mapping."""
+    if path.is_dir():
+        raise ConfigError(f"{what} file {str(path)!r} is a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"{what} file {str(path)!r} does not exist")
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        byte = e.object[e.start]
+        raise ConfigError(
+            f"{what} {str(path)!r} is not UTF-8 text: byte 0x{byte:02x} at offset {e.start}; save it as UTF-8"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {str(path)!r} ({e.strerror or e})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
     except _DuplicateKey as e:
@@ -314,6 +329,11 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     from rlvr_div.trainers import TRAINERS
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        raise ConfigError(
+            f"no recipe given: pass --config RECIPE.yaml (e.g. {_EXAMPLE_RECIPE}); `rlvr-div train --help` lists "
+            "the keys"
+        )
     recipe = _read_recipe(argv)
     if "--config" in argv and recipe and _RESOLVED_SECTIONS & set(recipe) == set():
         i = argv.index("--config") + 1
@@ -354,7 +374,10 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     except _OneLineParserError as e:
         raise ConfigError(_one_line(str(e))) from None
     except ValueError as e:  # ConfigError too: a trainer's own check, which may also be about an infinite value
-        raise ConfigError(str(e).strip().splitlines()[0]) from None
+        line = str(e).strip().splitlines()[0]
+        if "--config" not in argv:  # e.g. TRL's bf16 default on a CPU machine: the recipe would have set it
+            line += f" (no recipe was given: pass --config RECIPE.yaml, e.g. {_EXAMPLE_RECIPE})"
+        raise ConfigError(line) from None
     except ArithmeticError:  # e.g. TrainingArguments' int(logging_steps) of an infinite value
         cli = _given_keys(argv, {})
         bad = [(k, non_finite[k]) for k in cli if k in non_finite]

@@ -4,9 +4,18 @@ instead of duplicating its ``metrics.jsonl`` lines or ``samples.jsonl`` records.
 
 The lock is an OS-level lock (:class:`filelock.FileLock`, ``flock`` on POSIX): the kernel releases it when its process
 ends, however it ends, so a lock left by a killed process is simply taken. The lock file lies outside the directory
-(starting over cannot delete it) and stays after release; ``.<name>.pid.lock`` beside it names the holder (PID,
-host, what it is) while the lock is held. Where the directory's parent is not writable and the directory exists, both
-files go inside it instead (``.rlvr-div.lock``). Re-entrant within a thread of one process.
+(starting over cannot delete it); ``.<name>.pid.lock`` beside it names the holder (PID, host, what it is) while the
+lock is held. Where the directory's parent is not writable and the directory exists, both files go inside it instead
+(``.rlvr-div.lock``). Re-entrant within a thread of one process.
+
+The holder removes its lock file when it lets go, while it still holds the lock, and only when the file at the lock's
+path is the one it holds (a ``flock`` lock, not filelock's fallback for file systems without one); a writer that
+opened the file just before it was removed finds, once it has the lock, that the path no longer names its file and
+takes the lock again on the new one. A process that is killed leaves its file, which the next writer takes.
+
+Before the lock is taken, the directory must be writable (:func:`check_writable`): a file given as the directory,
+or a directory (or, not made yet, its nearest existing parent) where a probe file cannot be written, is one line
+before anything is created or loaded.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import errno
 import json
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +88,7 @@ def directory_lock(directory: str | os.PathLike, what: str, flag: str) -> Iterat
     from filelock import Timeout
 
     out = Path(directory).resolve()
+    check_writable(out, flag)
     path, pid_path = lock_paths(out)
     try:  # filelock's Timeout is an OSError: caught first
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +114,64 @@ def directory_lock(directory: str | os.PathLike, what: str, flag: str) -> Iterat
     finally:
         if lock.lock_counter == 1:
             pid_path.unlink(missing_ok=True)  # while still holding it: a next holder's entry is never deleted
+            if _same_file(lock, path):  # likewise the lock file: only ours, removed before we let go
+                path.unlink(missing_ok=True)
         lock.release()
+
+
+def check_writable(directory: str | os.PathLike, flag: str) -> None:
+    """One-line :class:`ConfigError` when ``directory`` (chosen by option ``flag``) cannot be written: it is a file,
+    or it (or, where it does not exist yet, its nearest existing parent) refuses a probe file. A file on the way to a
+    directory that does not exist is left to the lock's own line."""
+    out = Path(directory).resolve()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a directory; choose a directory (it is made if missing)")
+    target = out
+    while not target.exists() and target.parent != target:
+        target = target.parent
+    if not target.is_dir():
+        return
+    problem = _unwritable(target)
+    if problem is None:
+        return
+    where = f"{flag} {out}" if target == out else f"{target}, where {flag} {out} would be made,"
+    raise ConfigError(f"{where} is not writable ({problem}); choose a writable {flag}")
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why a file cannot be written in ``directory`` (None: it can): the permission bits first, then a probe file
+    created and removed (a read-only file system, a full disk's inode table, an ACL, root on a read-only mount)."""
+    denied = not os.access(directory, os.W_OK | os.X_OK)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".rlvr-div-write-probe-", dir=directory)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.unlink(probe)
+    return "permission denied" if denied else None
+
+
+def _same_file(lock: Any, path: Path) -> bool | None:
+    """Whether ``lock`` holds, by ``flock``, the very file that ``path`` names now; None where that cannot be told
+    (no descriptor to compare in this filelock, filelock's soft fallback, not POSIX)."""
+    context = getattr(lock, "_context", None)
+    fd = getattr(context, "lock_file_fd", None)
+    if os.name != "posix" or not isinstance(fd, int) or getattr(context, "soft_fallback", False):
+        return None
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def clear_directory(directory: str | os.PathLike) -> None:
@@ -127,13 +195,26 @@ def clear_directory(directory: str | os.PathLike) -> None:
 
 def _acquire(path: Path) -> Any:
     """Take the lock file ``path`` now or raise :class:`filelock.Timeout` (re-entrant in this process)."""
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     if str(path) not in _LOCKS:
         _LOCKS[str(path)] = FileLock(str(path), timeout=0)
     lock = _LOCKS[str(path)]
-    lock.acquire()
-    return lock
+    for _ in range(_RETAKES):
+        before = _identity(path)
+        try:
+            lock.acquire()
+        except Timeout:
+            if before is not None and _identity(path) == before:
+                raise
+            continue  # the holder removed its file (and let go) meanwhile: try the file there now
+        if lock.lock_counter > 1 or _same_file(lock, path) is not False:
+            return lock
+        lock.release()  # a holder removed the file we opened before it let go: take the lock on the new one
+    raise Timeout(str(path))
+
+
+_RETAKES = 5  # tries when holders come and go while we take the lock
 
 
 def _refusal(out: Path, path: Path, what: str, flag: str) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlvr_div.errors import ConfigError
 from rlvr_div.registry import Registry
-from rlvr_div.rewards.base import Reward, check_settings, completion_text
+from rlvr_div.rewards.base import Reward, build, check_settings, completion_text
 
 REWARDS: Registry[Callable[..., Reward]] = Registry(
     "reward",
@@ -36,10 +35,7 @@ def get_reward(name: str, **settings: Any) -> Reward:
         return import_reward(name, **settings)
     factory = REWARDS.get(name)
     check_settings(name, factory, settings)  # a factory or class with **kwargs names its settings too
-    try:
-        return factory(**settings)
-    except TypeError as e:
-        raise ConfigError(f"bad settings for reward {name!r}: {e}") from None
+    return build(name, factory, settings)
 
 
 def list_rewards() -> list[str]:

@@ -7,6 +7,9 @@ gold answer; TRL skips it, evaluation counts it apart). A completion is *valid* 
 from __future__ import annotations
 
 import inspect
+import math
+import types
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,3 +114,70 @@ class Reward:
         if missing:
             raise KeyError(f"reward {self.name!r} needs dataset column(s) {missing}")
         return self.score(texts, **{c: kwargs[c] for c in self.columns})
+
+
+def build(name: str, factory: Any, settings: dict[str, Any], type_error: str | None = None) -> Any:
+    """``factory(**settings)`` for reward ``name``: the reward's own checks speak first (they say more, e.g. the
+    range); a TypeError (a number setting given as text, compared with a number) and a NaN or infinity that passed
+    them are one line naming the setting (:func:`check_numbers`); any other TypeError is one line after
+    ``type_error`` (default: "bad settings for reward NAME")."""
+    try:
+        built = factory(**settings)
+    except TypeError as e:
+        check_numbers(name, factory, settings)
+        raise ConfigError(f"{type_error or f'bad settings for reward {name!r}'}: {e}") from None
+    check_numbers(name, factory, settings)
+    return built
+
+
+def check_numbers(name: str, target: Any, settings: dict[str, Any]) -> None:
+    """One line for a setting of reward ``name`` that ``target`` (its function, factory or class) takes as a number
+    (annotated ``int``/``float``, optionally ``| None``, or unannotated with a number default) but that is given as
+    anything else, infinity or NaN: ``--reward-arg deadline=nan`` is the text ``"nan"``, which the reward would
+    otherwise compare with a number and fail on in a line that names no setting."""
+    for key, value in settings.items():
+        kind = _number_kind(target, key)
+        if kind is None or (value is None and kind[1]):
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and math.isfinite(value) and (kind[0] is float or float(value).is_integer()):
+            continue
+        what = "a finite number" if kind[0] is float else "an integer"
+        raise ConfigError(f"reward {name!r} setting {key}={value!r} is not {what}" + (" (or null)" if kind[1] else ""))
+
+
+def _parameters(target: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
+    """The named parameters of ``target`` (a function, or a class's ``__init__`` up its MRO, the first one that
+    names each), with their resolved annotation (``inspect.Parameter.empty`` where it does not resolve)."""
+    out: dict[str, tuple[inspect.Parameter, Any]] = {}
+    inits = [target] if not inspect.isclass(target) else [k.__dict__.get("__init__") for k in target.__mro__]
+    for init in inits:
+        if init is None or init is object.__init__:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):  # a builtin
+            continue
+        try:
+            hints = typing.get_type_hints(init)
+        except Exception:  # an annotation that does not resolve here: the default's type decides
+            hints = {}
+        for p in params.values():
+            if p.name not in out:
+                out[p.name] = (p, hints.get(p.name, inspect.Parameter.empty))
+    return out
+
+
+def _number_kind(target: Any, key: str) -> tuple[type, bool] | None:
+    """(int or float, whether None is allowed) when ``target`` takes setting ``key`` as a number, else None."""
+    found = _parameters(target).get(key)
+    if found is None:
+        return None
+    param, hint = found
+    if hint is inspect.Parameter.empty or hint is Any:
+        return (float, False) if type(param.default) in (int, float) else None  # any finite number
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = {a for a in args if a is not type(None)}
+    if not kinds or not kinds <= {int, float}:
+        return None
+    return (float if float in kinds else int), type(None) in args or param.default is None
