@@ -11,9 +11,10 @@ Reproducibility (HF backend). Sample j of the prompt with dataset index i uses i
 ``torch.rand((n, max_new_tokens))`` from a CPU ``torch.Generator`` seeded with :func:`prompt_seed` (seed, i), and
 its token at step t is the inverse CDF of the (nucleus) distribution at u[j, t]. So a prompt's samples depend on
 (seed, i, j) and the model, not on which prompts share its batch, on ``batch_size``, on how many prompts are
-evaluated, or on a resumption; and raising n keeps the first samples. HF ``generate`` runs greedy decoding with a
-logits processor that puts all the mass on the token chosen this way (the rest of ``generate`` — KV cache, EOS
-handling, padding — is unchanged). The only dependence left on the batch is floating-point: a batched forward pass
+evaluated, or on a resumption; and raising n keeps the first samples. The decoding loop is the sampler's own (the
+model's forward pass with its KV cache; not ``generate``): each distinct prompt of a batch is read once and its cache
+copied to its samples' rows, and rows that have ended leave the batch, so a batch costs the tokens it samples rather
+than rows × its longest completion. The only dependence left on the batch is floating-point: a batched forward pass
 can differ in the last bits with the batch's shape, which flips a token only when u falls within ~1e-7 of a CDF
 boundary. Callers that need bitwise-identical reruns (the resumable eval runner) keep the batches fixed: prompts are
 grouped into consecutive chunks of :meth:`SamplingConfig.prompts_per_batch` by position, and a rerun regenerates
@@ -39,7 +40,6 @@ import hashlib
 import math
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -209,6 +209,10 @@ def decode_completions(tokenizer: Any, completion_ids: list[list[int]]) -> list[
 # of the vocabulary), 8 times as many while a row's candidates hold less than top_p of its mass (:func:`_nucleus`).
 NUCLEUS_CANDIDATES = 256
 
+# A row that has ended leaves the decoding batch once ended rows make up this fraction of it (dropping copies the KV
+# cache, as each step's append does, so it is not done for every row that ends).
+DROP_FRACTION = 1 / 8
+
 # torch.rand draws u <= 1 - 2**-24; u * (1 - 2**-23) * total < total strictly in float32 (rounding to nearest
 # cannot reach total from at least one ulp below it), so the inverse CDF never lands past the last kept token.
 _U_SCALE = 1.0 - 2.0**-23
@@ -263,42 +267,6 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Ten
     if k == vocab:
         top, order = probs.sort(dim=-1, descending=True, stable=True)
     return top.masked_fill(top.cumsum(dim=-1) - top >= top_p, 0.0), order
-
-
-class _InverseCDFProcessor:
-    """A ``generate`` logits processor that draws each row's token with :func:`choose_tokens` at that row's uniform
-    for the current step and returns scores with all mass on it (so greedy decoding emits exactly that token)."""
-
-    def __init__(
-        self, uniforms: torch.Tensor, prompt_width: int, temperature: float, top_p: float, record: bool
-    ) -> None:
-        self.uniforms = uniforms
-        self.prompt_width = prompt_width
-        self.temperature = temperature
-        self.top_p = top_p
-        self.record = record
-        self.logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        step = input_ids.shape[1] - self.prompt_width
-        tokens, chosen = choose_tokens(scores, self.uniforms[:, step], self.temperature, self.top_p, self.record)
-        if chosen is not None:
-            self.logprobs.append(chosen)
-        return scores.fill_(-math.inf).scatter_(-1, tokens.unsqueeze(-1), 0.0)
-
-
-@contextmanager
-def _plain_generation_config(model: Any) -> Iterator[None]:
-    """Hide the model's own ``generation_config`` during a call, so none of its defaults (repetition penalty,
-    top-k, …) reach ``generate`` (which fills every unset field from it)."""
-    from transformers import GenerationConfig
-
-    saved = model.generation_config
-    model.generation_config = GenerationConfig()
-    try:
-        yield
-    finally:
-        model.generation_config = saved
 
 
 class HFSampler:
@@ -372,15 +340,17 @@ class HFSampler:
     def _generate(
         self, prompts: list[list[int]], rows: list[int], uniforms: torch.Tensor, record: bool
     ) -> tuple[list[list[int]], list[list[float]] | None]:
-        """One ``generate`` call whose row r continues ``prompts[rows[r]]`` (left-padded); completions cut after
-        their first end token.
+        """Row r samples a completion of ``prompts[rows[r]]`` at its uniforms ``uniforms[r]``; (token ids up to and
+        including each row's first end token, their log-probs when ``record``).
 
-        A prompt with several rows is read once: its KV cache (all but its last token) comes from one forward pass
-        over the distinct prompts and is copied to its rows, so a batch of one prompt × n samples costs one prompt's
-        prefill, not n (the completions' distribution is unchanged; the floats can differ in their last bits with
-        the batch's shape, as any batching can, module docstring)."""
-        from transformers import GenerationConfig, LogitsProcessorList
+        The decoding loop (the model's forward with its KV cache, :func:`choose_tokens` per step):
 
+        - each distinct prompt is read once: one forward pass over the distinct prompts, left-padded (positions
+          counted from each prompt's first token), whose KV cache and last logits are copied to its rows;
+        - a row that has ended leaves the batch (its cache rows dropped) once ended rows make up
+          :data:`DROP_FRACTION` of it, so a batch costs the tokens it samples, not rows × its longest completion.
+
+        The floats can differ in the last bits with the batch's shape, as any batching can (module docstring)."""
         cfg = self.config
         device = self.model.device
         distinct = sorted(set(rows))
@@ -388,52 +358,62 @@ class HFSampler:
         width = max(len(prompts[p]) for p in distinct)
         padded = torch.tensor([[self.pad_id] * (width - len(prompts[p])) + prompts[p] for p in distinct])
         mask = torch.tensor([[0] * (width - len(prompts[p])) + [1] * len(prompts[p]) for p in distinct])
-        shared: dict[str, Any] = {}
-        if len(distinct) < len(rows) and min(len(prompts[p]) for p in distinct) > 1:
-            shared["past_key_values"] = self._prefix_cache(padded[:, :-1], mask[:, :-1], local)
-        input_ids, attention = padded[local], mask[local]
-        record = record and cfg.temperature > 0
-        processor = _InverseCDFProcessor(uniforms.to(device), width, cfg.temperature, cfg.top_p, record)
-        gen_cfg = GenerationConfig(
-            do_sample=False,
-            num_beams=1,
-            max_new_tokens=cfg.max_new_tokens,
-            eos_token_id=self.end_ids,
-            pad_token_id=self.pad_id,
-        )
-        with _plain_generation_config(self.model):
-            out = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention.to(device),
-                generation_config=gen_cfg,
-                logits_processor=LogitsProcessorList([processor]),
-                **shared,
-            )
-        gen = out[:, width:].cpu()
-        is_eos = torch.isin(gen, torch.tensor(self.end_ids))
-        has_eos = is_eos.any(dim=1)
-        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, gen.shape[1]).tolist()
-        ids = [row[:length] for row, length in zip(gen.tolist(), lengths)]
-        if not record:
-            return ids, None
-        lp = torch.stack(processor.logprobs, dim=1).cpu().tolist() if processor.logprobs else [[] for _ in ids]
-        return ids, [row[:length] for row, length in zip(lp, lengths)]
-
-    def _prefix_cache(self, ids: torch.Tensor, mask: torch.Tensor, local: torch.Tensor) -> Any:
-        """The KV cache of the left-padded distinct prompts ``ids`` (positions counted from each prompt's first
-        token, as ``generate`` counts them), its row r copied from distinct prompt ``local[r]``."""
-        device = self.model.device
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
-            input_ids=ids.to(device),
+            input_ids=padded.to(device),
             attention_mask=mask.to(device),
-            position_ids=positions.to(device),
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.past_key_values
+        cache, logits = out.past_key_values, out.logits[:, -1][local.to(device)]
         cache.batch_select_indices(local.to(device))
-        return cache
+        mask = mask[local].to(device)
+        position = mask.sum(-1)  # the next token's position in each row
+        end_ids = torch.tensor(self.end_ids, device=device)
+        record = record and cfg.temperature > 0
+        steps = cfg.max_new_tokens
+        tokens = torch.full((len(rows), steps), self.pad_id, dtype=torch.long)
+        lps = torch.zeros((len(rows), steps)) if record else None
+        lengths = torch.full((len(rows),), steps, dtype=torch.long)
+        alive = torch.arange(len(rows))  # the original row of each batch row
+        ended = torch.zeros(len(rows), dtype=torch.bool)  # batch rows that ended and are still in the batch
+        u = uniforms.to(device)
+        for t in range(steps):
+            chosen, lp = choose_tokens(logits, u[alive.to(device), t], cfg.temperature, cfg.top_p, record)
+            chosen = chosen.cpu()
+            live = ~ended
+            tokens[alive[live], t] = chosen[live]
+            if lp is not None:
+                lps[alive[live], t] = lp.cpu()[live]
+            stops = live & torch.isin(chosen, end_ids.cpu())
+            lengths[alive[stops]] = t + 1
+            ended |= stops
+            if bool(ended.all()) or t == steps - 1:
+                break
+            if int(ended.sum()) >= max(1, math.ceil(DROP_FRACTION * len(alive))):
+                keep = (~ended).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep.to(device))
+                alive, chosen, mask, position = (
+                    alive[keep],
+                    chosen[keep],
+                    mask[keep.to(device)],
+                    position[keep.to(device)],
+                )
+                ended = torch.zeros(len(alive), dtype=torch.bool)
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            out = self.model(
+                input_ids=chosen.unsqueeze(-1).to(device),
+                attention_mask=mask,
+                position_ids=position.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            position = position + 1
+            logits = out.logits[:, -1]
+        ids = [row[:length] for row, length in zip(tokens.tolist(), lengths.tolist())]
+        if lps is None:
+            return ids, None
+        return ids, [row[:length] for row, length in zip(lps.tolist(), lengths.tolist())]
 
 
 # --------------------------------------------------------------------------------------------- vLLM backend

@@ -257,23 +257,31 @@ def test_the_nucleus_from_a_partial_top_k_equals_the_sorted_one(decay, width):
         assert mine == theirs and len(mine) > 1
 
 
-def test_a_prompt_with_several_rows_is_read_once(tiny):
-    """The prompts' prefill runs over the distinct prompts (2 here), not over their 2 × 4 rows; the samples' log-probs
-    still equal a full forward pass over prompt + completion (test_logprobs_match_token_logprobs checks them all)."""
+def test_a_prompt_with_several_rows_is_read_once_and_ended_rows_leave_the_batch(tiny):
+    """The prefill runs over the distinct prompts (2 here), not over their 2 × 8 rows; then every forward pass is one
+    token per row, over fewer rows once some have ended; the samples' log-probs still equal a full forward pass over
+    prompt + completion, and each completion stops at its first end token."""
     model, tok = tiny
-    widths: list[tuple[int, int]] = []
+    shapes: list[tuple[int, int]] = []
     hook = model.register_forward_pre_hook(
-        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
     )
     try:
-        out = run(tiny, PROMPTS[:2], logprobs=True, n=4, batch_size=8)
+        out = run(tiny, PROMPTS[:2], logprobs=True, n=8, batch_size=16, max_new_tokens=12)
     finally:
         hook.remove()
-    longest = max(len(r.prompt_ids) for r in out)
-    assert widths[0] == (2, longest - 1)  # the shared prefill: every prompt token but the last, once per prompt
-    assert widths[1] == (8, 1)  # then each row goes on from its prompt's last token
+    assert shapes[0] == (2, max(len(r.prompt_ids) for r in out))
+    rows = [b for b, width in shapes[1:]]
+    assert all(width == 1 for _, width in shapes[1:]) and rows[0] == 16
+    lengths = sorted(len(c) for r in out for c in r.completion_ids)
+    assert lengths[0] < lengths[-1], "premise: completions of several lengths"
+    assert rows == sorted(rows, reverse=True) and rows[-1] < 16  # ended rows left the batch
+    assert len(rows) == lengths[-1] - 1  # one forward pass per token after the first, up to the longest
     prompts = [r.prompt_ids for r in out for _ in r.completion_ids]
     comps = [c for r in out for c in r.completion_ids]
-    ref = token_logprobs(model, prompts, comps, temperature=1.0, batch_size=8, pad_token_id=tok.pad_token_id)
+    ref = token_logprobs(model, prompts, comps, temperature=1.0, batch_size=16, pad_token_id=tok.pad_token_id)
     for got, want in zip([lp for r in out for lp in r.logprobs], ref):
         assert got == pytest.approx(want, abs=1e-4)
+    for r in out:
+        for ids, reason in zip(r.completion_ids, r.finish_reasons):
+            assert (reason == "stop") == (ids[-1] == tok.eos_token_id) and tok.eos_token_id not in ids[:-1]
