@@ -104,7 +104,7 @@ def test_config_errors_are_one_line(tmp_path: Path, changes: dict[str, Any], mes
     assert "\n" not in str(e.value)
 
 
-def test_the_draft_config_loads_with_the_issues_arms_in_priority_order() -> None:
+def test_the_registered_config_loads_with_the_issues_arms_in_priority_order() -> None:
     study = load_study(ROOT / "bench" / "real_math.yaml", check_inputs=False)
     assert [a.name for a in study.arms] == ["grpo", "alpha_dpg", "forward_kl", "dph", "mara", "polychromic",
                                             "grpo_beta004"]  # fmt: skip
@@ -114,7 +114,9 @@ def test_the_draft_config_loads_with_the_issues_arms_in_priority_order() -> None
     assert study.arm("grpo_beta004").overrides == {"beta": 0.04} and study.common["num_generations"] == 8
     assert study.common["use_peft"] is True and study.filter is not None
     assert study.primary is not None and study.primary.k <= study.eval.n_path and study.primary.against == "grpo"
-    assert "TO BE SET FROM THE PILOT" in (ROOT / "bench" / "real_math.yaml").read_text()
+    text = (ROOT / "bench" / "real_math.yaml").read_text()
+    assert "TO BE SET" not in text and "draft" not in yaml.safe_load(text)  # the pilot's values are set: it runs
+    assert study.eval.limit == study.eval.path_limit and study.eval.n_end == study.eval.n_path  # the end = last point
 
 
 def test_a_draft_config_is_refused_by_run_in_one_line(tmp_path: Path, capsys) -> None:
@@ -124,7 +126,6 @@ def test_a_draft_config_is_refused_by_run_in_one_line(tmp_path: Path, capsys) ->
     assert cli_main(["run", "--config", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a draft (draft: true)" in err[0] and not (tmp_path / "o").exists()
-    assert yaml.safe_load((ROOT / "bench" / "real_math.yaml").read_text())["draft"] is True  # until its values are set
 
 
 # --------------------------------------------------------------------------------------------- runs
