@@ -12,17 +12,9 @@ from math import comb
 
 import numpy as np
 
-from rlvr_div.passk import pass_at_k
+from rlvr_div.passk import pass_at_k, report_ks
 
 __all__ = ["pass_at_k", "report_ks", "cover_at", "maj_at_k", "bootstrap_se"]
-
-
-def report_ks(n: int) -> list[int]:
-    """The k reported for n samples: 1, 2, 4, … (powers of two ≤ n) and n itself."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    ks = [1 << i for i in range(n.bit_length()) if (1 << i) <= n]
-    return ks if ks[-1] == n else [*ks, n]
 
 
 def cover_at(n: Sequence[int] | np.ndarray, c: Sequence[int] | np.ndarray, taus: Sequence[float]) -> np.ndarray:

@@ -61,9 +61,9 @@ def overtake_sentence(name: str, base: str, vs: Mapping[str, Any], n: int) -> st
     )
 
 
-def _how_made(name: str, config: Mapping[str, Any]) -> str:
+def _how_made(name: str, config: Mapping[str, Any], header_settings: Any = None) -> str:
     """One line per model: sampled here (with its settings) or scored from a sample log (and how it was sampled,
-    when that log says)."""
+    when that log says; and its reward settings when they are not the header's: a GSM8K-style log's own)."""
     if "scored_from" in config:
         src = config["scored_from"]
         step = f", step {src['step']}" if "step" in src else ""
@@ -71,16 +71,22 @@ def _how_made(name: str, config: Mapping[str, Any]) -> str:
             others = [x for x in src["steps_in_file"] if x != src["step"]]
             step += f" (the highest of its {len(src['steps_in_file'])} steps; also in the file: "
             step += ", ".join(map(str, others[:8])) + (", …" if len(others) > 8 else "") + ")"
-        line = f"- `{name}`: scored from {src['format']} sample log `{src['path']}` ({src['problems']} problems{step})"
+        style = f", {src['style'].upper()}-style" if src.get("style") else ""
+        line = f"- `{name}`: scored from {src['format']} sample log `{src['path']}` ({src['problems']} problems{step}"
+        line += f"{style})"
         made = config.get("sampled_with")
         if made:
             line += "; sampled with " + ", ".join(f"{k} {v}" for k, v in made.items() if v is not None)
-        return line + "."
-    return (
-        f"- `{name}` = {config['model_given']}: sampled here, n = {config['n']}, temperature {config['temperature']}, "
-        f"top_p {config['top_p']}, max_new_tokens {config['max_new_tokens']}, seed {config['seed']}, backend "
-        f"{config['backend']}."
-    )
+    else:
+        line = (
+            f"- `{name}` = {config['model_given']}: sampled here, n = {config['n']}, temperature "
+            f"{config['temperature']}, top_p {config['top_p']}, max_new_tokens {config['max_new_tokens']}, seed "
+            f"{config['seed']}, backend {config['backend']}"
+        )
+    own = config.get("reward_settings") or {}
+    if header_settings is not None and own != header_settings:
+        line += f"; scored with reward settings `{json.dumps(own, sort_keys=True)}`"
+    return line + "."
 
 
 def mixed_n_note(name: str, metrics: Mapping[str, Any]) -> str | None:
@@ -197,7 +203,7 @@ def report_sections(
         "",
         "Models:",
         "",
-        *[_how_made(n, results[n]["config"]) for n in names],
+        *[_how_made(n, results[n]["config"], first.get("reward_settings") or {}) for n in names],
     ]
     lines += answers_section(results)
     lines += ["", "## pass@k (unbiased estimator)", ""]

@@ -228,6 +228,11 @@ class EvalJob:
     sources: list[Any] = field(default_factory=list)  # eval.score_only.ScoredSource, scored without a model
     task: str | None = None
     split: str | None = None
+    source_rewards: dict[str, Any] = field(default_factory=dict)  # a source's own reward (its log's style), by name
+
+    def reward_of(self, name: str) -> Any:
+        """The reward that scores model or sample log ``name``."""
+        return self.source_rewards.get(name, self.reward)
 
     def names(self) -> list[str]:
         return [r.name for r in self.models] + [s.name for s in self.sources]
@@ -255,7 +260,7 @@ def prepare(
     verifier columns are checked here. An earlier run's samples must have been made with the same settings and from a
     model with the same content fingerprint (its files are hashed, not loaded), and a sample log is not scored over
     samples a model made there; ``fresh``: start every model over, let sample logs replace what was there."""
-    from eval.score_only import check_columns, read_source
+    from eval.score_only import check_columns, log_reward_settings, read_source
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import check_task, get_task, task_reward_settings, task_stop_text
 
@@ -301,6 +306,7 @@ def prepare(
         if "prompt" not in dataset.column_names:
             raise ConfigError(f"task {task!r} has no 'prompt' column")
         reward_name = reward or spec.reward
+    given = dict(reward_settings or {})
     if task is not None:  # the task's defaults (a few-shot prompt's answer extraction) under the given settings
         reward_settings = task_reward_settings(task, reward_name, reward_settings, **task_options)
         if settings.get("stop_text", "task") == "task":  # a few-shot prompt's blank line ends a completion
@@ -312,8 +318,12 @@ def prepare(
         missing = [c for c in reward_obj.columns if c not in dataset.column_names]
         if missing:
             raise ConfigError(f"reward {reward_name!r} needs column(s) {missing} that task {task!r} does not have")
-    for source in sources:
-        check_columns(source, reward_obj, dataset, limit)
+    source_rewards = {}
+    for source in sources:  # a log's style (GSM8K-style: lm-eval's answer rule) over the task's, under the given
+        style = {k: v for k, v in log_reward_settings(source, reward_name).items() if k not in given}
+        if style and {**(reward_settings or {}), **style} != (reward_settings or {}):
+            source_rewards[source.name] = get_reward(reward_name, **{**(reward_settings or {}), **style})
+        check_columns(source, source_rewards.get(source.name, reward_obj), dataset, limit)
     backend = settings.get("backend", "hf")
     check_backend(backend)
     device = device or default_device()
@@ -331,7 +341,7 @@ def prepare(
             task=task or "",
             task_options=task_options,
             reward=reward_name,
-            reward_settings=reward_obj.settings(),
+            reward_settings=source_rewards.get(ref_name, reward_obj).settings(),
             dtype=resolved_dtype,
             device=device,
             **settings,
@@ -350,7 +360,7 @@ def prepare(
         for ref in refs:
             if (out / ref.name / CONFIG_FILE).is_file():
                 check_model_unchanged(out / ref.name, fingerprint(ref, out))
-    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh, sources, task, split)
+    return EvalJob(refs, base, per_model, dataset, reward_obj, out, fresh, sources, task, split, source_rewards)
 
 
 def run(job: EvalJob, progress: bool = True, lm_eval_log: bool = False) -> dict[str, dict[str, Any]]:
@@ -368,7 +378,10 @@ def run(job: EvalJob, progress: bool = True, lm_eval_log: bool = False) -> dict[
     for src in job.sources:
         out_dir = job.output_dir / src.name
         settings = job.settings[src.name]
-        scored[src.name] = score_source(src, job.reward, job.dataset, out_dir, settings, job.task, job.split, progress)
+        reward = job.reward_of(src.name)
+        scored[src.name] = score_source(src, reward, job.dataset, out_dir, settings, job.task, job.split, progress)
+        if reward is not job.reward and hasattr(reward, "close"):
+            reward.close()  # its own worker pool
     base_records = scored[job.base][1]
     results: dict[str, dict[str, Any]] = {}
     for name in job.names():  # scored in memory: each results.json is written once, with its comparison to the base

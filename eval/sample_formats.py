@@ -15,11 +15,15 @@ directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, o
 - ``verl`` — verl's validation dumps (``trainer.validation_data_dir``): a line per sample with ``input`` (the rendered
   prompt), ``output``, ``gts`` (ground truth), ``score`` and ``step``; lines are grouped by ``input`` in file order;
   with several ``step`` values (dumps concatenated, in any order) the highest step is read, and the report names
-  it and the other steps in the file; steps that are not all numbers are a one-line error.
+  it and the other steps in the file; steps that are not all numbers are a one-line error. The file is streamed
+  (two passes, a line at a time): only the completions of the step read are held.
 - ``plain`` — a line per problem ``{"prompt": ..., "completions": [...]}`` or a line per sample ``{"prompt": ...,
   "completion": ...}`` (grouped by prompt in file order), with the verifier's fields (``answer``, ``target``, …) and
   optionally ``index``. Lines of one problem that disagree on a field are recorded (``conflicts``); reading that
   field as a verifier column is then refused (:mod:`eval.score_only`).
+
+A log made elsewhere may be GSM8K-style (:func:`gsm8k_style`): its answers are then read as lm-eval reads GSM8K's
+(:data:`eval.score_only.LOG_STYLE_SETTINGS`).
 
 The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them (whole
 numbers >= 0), else the order of first appearance. Files are UTF-8 JSONL (a leading byte-order mark is skipped); a
@@ -33,7 +37,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,9 @@ FORMATS = ("rlvr_div", "lm_eval", "verl", "plain")
 REQUIRED_KEYS = {"rlvr_div": ("index", "completions"), "lm_eval": ("doc_id", "resps"), "verl": ("input", "output"),
                  "plain": ("prompt",)}  # fmt: skip
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON's escape of half a UTF-16 pair
+# GSM8K's answer mark in a prompt: after a worked example's answer ("#### 72", lm-eval's few-shot GSM8K) or named by
+# an instruction ('output the final answer after "####"', verl's GSM8K data); not a markdown heading ("#### Step 1")
+_GSM8K_PROMPT_MARK = re.compile(r'####(?:[ \t]*-?\d|["\'`])')
 LM_EVAL_FILE = "samples_lm_eval.jsonl"  # --lm-eval-log: a model's samples in lm-eval's schema
 
 
@@ -71,18 +78,21 @@ class ProblemCompletions:
     finish_reasons: list[str] | None = None
     conflicts: dict[str, str] = field(default_factory=dict)  # field -> one line: two lines of the problem disagree
     line: int = 0
+    gsm8k: bool = False  # an lm-eval line of GSM8K (its gold read by GSM8K's rule)
 
 
 @dataclass
 class SampleFile:
-    """A read sample log: its path, format, problems by index, and (verl) the step read and, when the file holds
-    several, all its steps (ascending)."""
+    """A read sample log: its path, format, problems by index, (verl) the step read and, when the file holds
+    several, all its steps (ascending), and ``style``: ``"gsm8k"`` for a GSM8K-style log made elsewhere
+    (:func:`gsm8k_style`), whose answers are read as lm-eval reads GSM8K's, else None."""
 
     path: Path
     format: str
     problems: list[ProblemCompletions]
     step: Any = None
     steps: list[Any] = field(default_factory=list)
+    style: str | None = None
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": str(self.path), "format": self.format, "problems": len(self.problems)}
@@ -90,6 +100,8 @@ class SampleFile:
             out["step"] = self.step
         if len(self.steps) > 1:
             out["steps_in_file"] = list(self.steps)
+        if self.style is not None:
+            out["style"] = self.style
         return out
 
 
@@ -105,40 +117,55 @@ def resolve_sample_path(text: str) -> Path:
     return path
 
 
-def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a UTF-8 JSONL file with their line numbers (blank lines skipped, a leading byte-order
-    mark ignored); one-line errors naming the line."""
-    data = path.read_bytes()
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8) :]
-    out = []
-    for lineno, raw in enumerate(data.split(b"\n"), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
+def iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a UTF-8 JSONL file with their line numbers, read one line at a time (blank lines skipped,
+    a leading byte-order mark ignored); one-line errors naming the line. An empty file yields nothing."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            yield lineno, _parse_line(raw, path, lineno)
+
+
+def _parse_line(raw: bytes, path: Path, lineno: int) -> Any:
+    """One line of a JSONL file as a JSON object (None for a blank line); one-line errors naming the line."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path}:{lineno} is not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); convert the "
+            "file to UTF-8"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}:{lineno} is not a JSON object")
+    if _SURROGATE_ESCAPE.search(line):
+        bad = _lone_surrogate(obj)
+        if bad is not None:
             raise ConfigError(
-                f"{path}:{lineno} is not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); convert the "
-                "file to UTF-8"
-            ) from None
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{path}:{lineno} is not valid JSON (one JSON object per line expected)") from None
-        if not isinstance(obj, dict):
-            raise ConfigError(f"{path}:{lineno} is not a JSON object")
-        if _SURROGATE_ESCAPE.search(line):
-            bad = _lone_surrogate(obj)
-            if bad is not None:
-                raise ConfigError(
-                    f"{path}:{lineno} holds a lone surrogate {bad} (half of a UTF-16 pair), which is not Unicode text "
-                    "and cannot be written back: fix or drop the line"
-                )
-        out.append((lineno, obj))
-    if not out:
-        raise ConfigError(f"sample file {str(path)!r} is empty")
-    return out
+                f"{path}:{lineno} holds a lone surrogate {bad} (half of a UTF-16 pair), which is not Unicode text "
+                "and cannot be written back: fix or drop the line"
+            )
+    return obj
+
+
+def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_lines` without the blank lines."""
+    return ((lineno, obj) for lineno, obj in iter_lines(path) if obj is not None)
+
+
+def _first(path: Path) -> dict[str, Any]:
+    """The first JSON object of a sample file (read no further); one line when there is none."""
+    for _, obj in _objects(path):
+        return obj
+    raise ConfigError(f"sample file {str(path)!r} is empty")
 
 
 def _lone_surrogate(value: Any) -> str | None:
@@ -157,18 +184,23 @@ def _lone_surrogate(value: Any) -> str | None:
     return None
 
 
-def _check_keys(lines: list[tuple[int, dict[str, Any]]], fmt: str, path: Path) -> None:
+def _check_keys(lines: Iterable[tuple[int, dict[str, Any]]], fmt: str, path: Path) -> None:
     """Every line has the keys of format ``fmt`` (the first line's)."""
-    needed = REQUIRED_KEYS[fmt]
     for lineno, obj in lines:
-        missing = [k for k in needed if k not in obj]
-        if fmt == "plain" and "completions" not in obj and "completion" not in obj:
-            missing.append("completions")
-        if missing:
-            raise ConfigError(
-                f"{path}:{lineno} has no {missing[0]!r}; every line of this {fmt} sample file needs "
-                + ", ".join(needed + (("completions or completion",) if fmt == "plain" else ()))
-            )
+        _check_line_keys(obj, fmt, path, lineno)
+
+
+def _check_line_keys(obj: dict[str, Any], fmt: str, path: Path, lineno: int) -> None:
+    """Line ``lineno`` has the keys of format ``fmt``."""
+    needed = REQUIRED_KEYS[fmt]
+    missing = [k for k in needed if k not in obj]
+    if fmt == "plain" and "completions" not in obj and "completion" not in obj:
+        missing.append("completions")
+    if missing:
+        raise ConfigError(
+            f"{path}:{lineno} has no {missing[0]!r}; every line of this {fmt} sample file needs "
+            + ", ".join(needed + (("completions or completion",) if fmt == "plain" else ()))
+        )
 
 
 def _index(value: Any, path: Path, lineno: int, key: str = "index") -> int:
@@ -197,20 +229,23 @@ def detect_format(first: dict[str, Any], path: Path) -> str:
 
 
 def read_sample_file(text: str) -> SampleFile:
-    """Read any supported sample log (:data:`FORMATS`) into problems sorted by index; one-line errors."""
+    """Read any supported sample log (:data:`FORMATS`) into problems sorted by index; one-line errors. A verl dump
+    is streamed (two passes, a line at a time: only the completions of the step read are held); the other formats
+    are read a line at a time into their lines' objects."""
     path = resolve_sample_path(text)
-    lines = _lines(path)
-    fmt = detect_format(lines[0][1], path)
-    _check_keys(lines, fmt, path)
+    fmt = detect_format(_first(path), path)
     step, steps = None, []
-    if fmt == "rlvr_div":
-        problems = [_from_ours(obj, path, lineno) for lineno, obj in lines]
-    elif fmt == "lm_eval":
-        problems = _from_lm_eval(lines, path)
-    elif fmt == "verl":
-        problems, step, steps = _from_verl(lines, path)
+    if fmt == "verl":
+        problems, step, steps = _from_verl(path)
     else:
-        problems = _from_plain(lines, path)
+        lines = list(_objects(path))
+        _check_keys(lines, fmt, path)
+        if fmt == "rlvr_div":
+            problems = [_from_ours(obj, path, lineno) for lineno, obj in lines]
+        elif fmt == "lm_eval":
+            problems = _from_lm_eval(lines, path)
+        else:
+            problems = _from_plain(lines, path)
     seen: dict[int, int] = {}
     for p in problems:  # in file order
         if p.index in seen:
@@ -219,7 +254,7 @@ def read_sample_file(text: str) -> SampleFile:
         if not p.completions:
             raise ConfigError(f"{path}:{p.line}: problem {p.index} has no completions")
     problems.sort(key=lambda p: p.index)
-    return SampleFile(path, fmt, problems, step, steps)
+    return SampleFile(path, fmt, problems, step, steps, gsm8k_style(fmt, problems))
 
 
 def _strings(values: Any, path: Path, lineno: int, where: str) -> list[str]:
@@ -289,7 +324,8 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
         text = _lm_eval_prompt(obj.get("arguments"))
         doc = obj.get("doc") if isinstance(obj.get("doc"), dict) else {}
         fields, gold = dict(doc), obj.get("target")
-        if _is_gsm8k(obj.get("task_name") or file_task, doc):
+        gsm8k = _is_gsm8k(obj.get("task_name") or file_task, doc)
+        if gsm8k:
             if "answer" in fields:
                 fields["answer"] = gsm8k_gold(fields["answer"])
             gold = gsm8k_gold(gold)
@@ -301,34 +337,61 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
             fields=fields,
             gold=gold,
             line=lineno,
+            gsm8k=gsm8k,
         )
     return list(out.values())
 
 
-def _verl_steps(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[Any]:
-    """The distinct ``step`` values of a verl dump, ascending; one-line error when there are several and they are not
-    all numbers (a line without one among steps, a step in text), since the latest cannot be told."""
-    steps = list(dict.fromkeys(obj.get("step") for _, obj in lines))
+def gsm8k_style(fmt: str, problems: Sequence[ProblemCompletions]) -> str | None:
+    """``"gsm8k"`` when a sample log made elsewhere is GSM8K-style: an lm-eval log of GSM8K (a line's ``task_name``
+    or the file name says ``gsm8k``, or its ``doc.answer`` holds ``####``), or an lm-eval, verl or plain log whose
+    prompts carry GSM8K's answer mark (``#### 72`` after a worked example, or ``"####"`` named by an instruction, as
+    verl's GSM8K data asks); else None. Our own ``samples.jsonl`` is never: it was made with a task's prompts, whose
+    settings apply. A GSM8K-style log's answers are read as lm-eval reads GSM8K's (:mod:`eval.score_only`)."""
+    if fmt == "rlvr_div":
+        return None
+    if any(p.gsm8k for p in problems):
+        return "gsm8k"
+    for p in problems:
+        text = p.prompt_text if isinstance(p.prompt_text, str) else json.dumps(p.prompt, ensure_ascii=False)
+        if _GSM8K_PROMPT_MARK.search(text):
+            return "gsm8k"
+    return None
+
+
+def _verl_steps(path: Path) -> list[Any]:
+    """The distinct ``step`` values of a verl dump, ascending (first pass, streamed; every line's keys checked);
+    one-line error when there are several and they are not all numbers (a line without one among steps, a step in
+    text), since the latest cannot be told."""
+    first_line: dict[Any, int] = {}  # each distinct step and the first line that has it (file order)
+    odd_line = None  # the first line whose step is not a number
+    for lineno, obj in _objects(path):
+        _check_line_keys(obj, "verl", path, lineno)
+        value = obj.get("step")
+        first_line.setdefault(value, lineno)
+        if odd_line is None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            odd_line = (lineno, value)
+    steps = list(first_line)
     if len(steps) <= 1:
         return steps
-    for lineno, obj in lines:
-        value = obj.get("step")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(
-                f"{path}:{lineno}: step {value!r} is not a number, but the file holds several steps "
-                f"({', '.join(map(repr, steps[:5]))}{', …' if len(steps) > 5 else ''}); cannot tell the latest: keep "
-                "one step's lines"
-            )
+    if odd_line is not None:
+        lineno, value = odd_line
+        raise ConfigError(
+            f"{path}:{lineno}: step {value!r} is not a number, but the file holds several steps "
+            f"({', '.join(map(repr, steps[:5]))}{', …' if len(steps) > 5 else ''}); cannot tell the latest: keep "
+            "one step's lines"
+        )
     return sorted(steps)
 
 
-def _from_verl(lines: list[tuple[int, dict[str, Any]]], path: Path) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+def _from_verl(path: Path) -> tuple[list[ProblemCompletions], Any, list[Any]]:
     """The problems of a verl dump at its highest step (dumps of several steps may be concatenated in any order),
-    that step, and all the file's steps."""
-    steps = _verl_steps(lines, path)
+    that step, and all the file's steps. Streamed: a first pass finds the steps, a second keeps only the prompts,
+    golds and completions of the step read (a 100k-line dump is never held as parsed lines)."""
+    steps = _verl_steps(path)
     step = steps[-1]
     groups: dict[str, ProblemCompletions] = {}
-    for lineno, obj in lines:
+    for lineno, obj in _objects(path):
         if obj.get("step") != step:
             continue
         prompt = obj["input"]

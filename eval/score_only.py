@@ -14,6 +14,11 @@ column is a one-line error before anything is scored, and so is a column read fr
 problem disagree on it (two golds for one prompt). A gold answer (column ``answer``) that is not a bare answer (a
 worked solution: several lines, ``####``, or over :data:`BARE_ANSWER_CHARS` characters) is scored as it is, and named
 in one ``warning:`` line on stderr: the verifier may read the wrong number from it.
+
+The reward's settings for a log come, key by key, from the user's (``--reward-arg``), then the log's style (a
+GSM8K-style log, :func:`eval.sample_formats.gsm8k_style`: :data:`LOG_STYLE_SETTINGS`, lm-eval's answer rule for
+GSM8K), then the task's defaults; a log whose settings differ from the run's gets a reward of its own
+(:func:`log_reward_settings`, ``eval.runner.prepare``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ from eval.sample_formats import SampleFile, read_sample_file
 from eval.scoring import score_completions
 from rlvr_div.errors import ConfigError
 
+# the reward settings a sample log's style (eval.sample_formats.gsm8k_style) brings, under the ones the user gives: a
+# GSM8K-style log's answer is read as lm-eval reads GSM8K's, strict-match ("The answer is 18", "#### 18") and then its
+# flexible-extract (the last number)
+LOG_STYLE_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "gsm8k": {"math_accuracy": {"extract": "gsm8k", "fallback": "last_number"}},
+}
 SCORED_FILE = "scored_from.json"  # in OUT/NAME: where the scored completions came from (instead of config.json)
 _INDEXED = ("rlvr_div", "lm_eval", "plain")
 # what a sampled run's config says about how the completions were made, carried into a re-scored run's results
@@ -79,6 +90,12 @@ def _read_results(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is not a JSON object; {remedy}")
     return data
+
+
+def log_reward_settings(source: ScoredSource, reward: str) -> dict[str, Any]:
+    """The settings of reward ``reward`` that the style of ``source``'s log brings (:data:`LOG_STYLE_SETTINGS`),
+    ``{}`` for a log without a style or a reward the style does not name."""
+    return dict(LOG_STYLE_SETTINGS.get(source.file.style or "", {}).get(reward, {}))
 
 
 def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: str) -> dict[str, Any]:

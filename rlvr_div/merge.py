@@ -2,11 +2,11 @@
 
 Every adapted linear layer becomes W' = W + (α/r)·B·A (peft's ``merge_and_unload``), so the saved model computes
 the same log-probs as the base with the adapter attached, and loads with ``from_pretrained`` alone: no peft, no
-base model at hand. The base is the adapter's ``base_model_name_or_path`` (``tiny-<spec hash>`` for the built-in
-base, resolved in the current cache), at the hub revision the adapter records (peft's ``revision``; training
-stores ``model_revision`` there). The tokenizer is the adapter directory's when it holds one (training saves one
-there), else the base's. The model is written to a temporary directory beside ``--out`` and renamed, so an
-interrupted merge leaves no half-written model.
+base model at hand. The base is the adapter's ``base_model_name_or_path`` (``rlvr_div/tiny_bases/tiny-<spec hash>``
+for a shipped tiny base, ``tiny-<spec hash>`` for another, resolved in the current cache), at the hub revision the
+adapter records (peft's ``revision``; training stores ``model_revision`` there). The tokenizer is the adapter
+directory's when it holds one (training saves one there), else the base's. The model is written to a temporary
+directory beside ``--out`` and renamed, so an interrupted merge leaves no half-written model.
 """
 
 from __future__ import annotations

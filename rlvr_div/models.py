@@ -24,7 +24,11 @@ from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
 from rlvr_div.gguf_packages import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
-from rlvr_div.tiny_base import TINY_DIR, tiny_by_name, tiny_spec
+from rlvr_div.tiny_base import SHIPPED_DIR, TINY_DIR, shipped_manifest, tiny_by_name, tiny_spec
+
+# A shipped tiny base as an adapter records it: its directory relative to the directory the rlvr_div package is
+# installed in (site-packages, or a checkout's root), ``rlvr_div/tiny_bases/tiny-<spec hash>``
+SHIPPED_PREFIX = f"{SHIPPED_DIR.parent.name}/{SHIPPED_DIR.name}/"
 
 # --------------------------------------------------------------------------------------------- loading
 
@@ -34,9 +38,10 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
     path exists, and pass hub ids through unchanged. ``package:NAME`` is the package's GGUF file, or with
     ``gguf_file`` the directory holding it (assembled first if the package assembles it, whatever ``build``).
 
-    ``tiny-<spec hash>`` (what an adapter trained on a tiny base stores as its base, see :func:`portable_model_name`),
-    and a missing path whose last component is such a name (an adapter saved before the cache moved), resolve to
-    the tiny base of that spec: the current one, or that directory in the current cache."""
+    ``tiny-<spec hash>`` and ``rlvr_div/tiny_bases/tiny-<spec hash>`` (what an adapter trained on a tiny base stores
+    as its base, see :func:`portable_model_name`; the second whatever the working directory), and a missing path
+    whose last component is such a name (an adapter saved before the cache moved), resolve to the tiny base of that
+    spec: the current one (the shipped copy, checked), or that directory in the current cache."""
     if not name_or_path:
         raise ConfigError("model name is empty; pass 'tiny', a local directory or a hub id")
     if name_or_path.startswith(PACKAGE):
@@ -45,6 +50,9 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
     spec = tiny_spec(name_or_path)
     if spec is not None:  # tiny_model_path on its module: tests patch it there
         return str(tiny_base.tiny_model_path(spec)) if build else name_or_path
+    shipped = name_or_path.removeprefix(SHIPPED_PREFIX)
+    if shipped != name_or_path and TINY_DIR.fullmatch(shipped):
+        return tiny_by_name(shipped, name_or_path, build)
     p = Path(name_or_path).expanduser()
     looks_local = name_or_path.startswith((".", "/", "~")) or p.exists() or name_or_path.count("/") > 1
     if not p.exists() and TINY_DIR.fullmatch(p.name) and (looks_local or name_or_path == p.name):
@@ -91,15 +99,23 @@ def _is_gguf(name_or_path: str, gguf_file: str | None) -> bool:
 
 
 def portable_model_name(name_or_path: str) -> str:
-    """The base-model name to store with an adapter: ``tiny-<spec hash>`` for a named tiny base or a tiny cache
-    directory (wherever the cache is: :func:`resolve_model` finds it again after the cache moves), else unchanged."""
+    """The base-model name to store with an adapter, for a named tiny base or a tiny base's directory: a base that
+    ships with rlvr-div as ``rlvr_div/tiny_bases/tiny-<spec hash>`` (its directory relative to where the package is
+    installed: ``from_pretrained`` loads it from a checkout's root, and :func:`resolve_model` from anywhere), another
+    as ``tiny-<spec hash>`` (its cache directory's name: :func:`resolve_model` finds it again after the cache moves);
+    anything else unchanged."""
     spec = tiny_spec(name_or_path)
     if spec is not None:
-        return f"tiny-{spec.key()}"
+        return _tiny_name(f"tiny-{spec.key()}")
     p = Path(name_or_path)
     if TINY_DIR.fullmatch(p.name) and (p / "tiny_spec.json").is_file():
-        return p.name
+        return _tiny_name(p.name)
     return name_or_path
+
+
+def _tiny_name(directory: str) -> str:
+    """``tiny-<spec hash>`` as an adapter records it: package-relative for a shipped base."""
+    return SHIPPED_PREFIX + directory if directory in shipped_manifest() else directory
 
 
 def gguf_source(name_or_path: str, gguf_file: str | None = None) -> str | None:

@@ -50,6 +50,14 @@ def pass_at_k(n: Sequence[int] | np.ndarray, c: Sequence[int] | np.ndarray, ks: 
     return values[inverse.reshape(-1)]
 
 
+def report_ks(n: int) -> list[int]:
+    """The k reported for n samples: 1, 2, 4, … (powers of two ≤ n) and n itself."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    ks = [1 << i for i in range(n.bit_length()) if (1 << i) <= n]
+    return ks if ks[-1] == n else [*ks, n]
+
+
 def pass_at_k_estimate(n: int, c: int, k: int) -> float:
     """ρ(n, c, k) = 1 − C(n−c, k)/C(n, k) for one problem (:func:`pass_at_k`), with ρ(n, c, 0) = 0 (no draw holds
     no correct sample): the average over all size-k subsets of 1[subset has a correct sample]."""

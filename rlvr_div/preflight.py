@@ -1,6 +1,6 @@
 """Pre-load checks that need more than a name lookup: value ranges, value types (number keys take finite numbers,
-boolean keys true or false, from YAML and the command line alike), TRL's loss types, the model's hub id and module
-names, logging backends and hub access.
+boolean keys true or false, from YAML and the command line alike), TRL's loss types, held-out evaluation (the
+monitor's keys, TRL's eval_strategy), the model's hub id and module names, logging backends and hub access.
 
 :func:`rlvr_div.recipe.validate` calls these before any model loads; each failure is one :class:`ConfigError` line
 that names the key, the bad value and what is accepted. Nothing here downloads or loads weights: a hub id is looked
@@ -67,6 +67,10 @@ RANGES: dict[str, Range] = {
     "save_total_limit": AT_LEAST_ONE,
     "task_size": AT_LEAST_ONE,
     "threads": AT_LEAST_ONE,
+    "monitor_size": AT_LEAST_ONE,
+    "monitor_n": AT_LEAST_ONE,
+    "monitor_steps": AT_LEAST_ONE,
+    "monitor_max_new_tokens": AT_LEAST_ONE,
     # sampling and generation lengths
     "temperature": POSITIVE,
     "top_p": PROBABILITY,
@@ -150,6 +154,46 @@ def check_loss_type(training: Any) -> None:
     accepted = trl_loss_types(type(training)) if value is not None else ()
     if accepted and value not in accepted:
         raise ConfigError(f"loss_type={value!r} is not one of TRL's loss types: {', '.join(accepted)}")
+
+
+# --------------------------------------------------------------------------------------------- held-out evaluation
+
+DEFAULT_MONITOR_STEPS = 10  # what a refused eval_strategy's hint suggests when eval_steps is not a step count
+
+
+def check_monitor(script: Any, training: Any) -> None:
+    """Held-out evaluation while training is the monitor's (:mod:`rlvr_div.monitor`): TRL's ``eval_strategy``
+    (``rlvr-div train`` builds no eval_dataset, so transformers would refuse it after the load) points to it; a
+    ``monitor_*`` key set without ``monitor_split`` would not act; a ``monitor_split`` that reads the training data
+    (:func:`rlvr_div.tasks.data_source`) is not held out. (The number keys' ranges are in :data:`RANGES`; a split the
+    task does not have is refused by its builder, before the load.)"""
+    from rlvr_div.tasks import data_source
+
+    strategy = getattr(training.eval_strategy, "value", training.eval_strategy)
+    if strategy not in (None, "no"):
+        steps = training.eval_steps
+        every = int(steps) if isinstance(steps, (int, float)) and steps >= 1 else DEFAULT_MONITOR_STEPS
+        raise ConfigError(
+            f"eval_strategy={strategy} needs an eval_dataset, which rlvr-div train does not build; for held-out "
+            f"pass@k while training set monitor_split instead (e.g. --monitor_split test --monitor_steps {every}; "
+            "docs/recipes.md, 'Held-out pass@k while training')"
+        )
+    if script.monitor_split is None:
+        for f in dataclasses.fields(script):
+            value = getattr(script, f.name)
+            if f.name.startswith("monitor_") and f.name != "monitor_split" and value != f.default:
+                raise ConfigError(
+                    f"{f.name}={value} acts only with monitor_split (the held-out split of task {script.task!r} to "
+                    "measure pass@k on while training, e.g. --monitor_split test)"
+                )
+        return
+    options = script.task_kwargs()
+    held_out = data_source(script.task, script.monitor_split, **options)
+    if held_out == data_source(script.task, script.task_split, **options):
+        raise ConfigError(
+            f"monitor_split={script.monitor_split} reads the training data ({held_out}), so it is not held out; "
+            "choose another split of the task (e.g. test or validation)"
+        )
 
 
 # --------------------------------------------------------------------------------------------- value types

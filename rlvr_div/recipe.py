@@ -107,6 +107,25 @@ class ScriptArguments:
             "other jobs, as `rlvr-div eval --threads`."
         },
     )
+    monitor_split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out split of the task (e.g. test, validation) on which pass@k is measured while training, "
+            "at step 0, every monitor_steps steps and at the end (logged as monitor/*, counts in monitor.jsonl); "
+            "unset: no monitor."
+        },
+    )
+    monitor_size: int | None = field(
+        default=None, metadata={"help": "Monitor only the first N problems of monitor_split (default: all)."}
+    )
+    monitor_n: int = field(default=16, metadata={"help": "Samples per monitored problem (pass@k for k up to it)."})
+    monitor_steps: int | None = field(
+        default=None,
+        metadata={"help": "Measure every N steps (besides step 0 and the last step; default: only those two)."},
+    )
+    monitor_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Token cap of a monitor sample (default: max_completion_length)."}
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -438,6 +457,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     for plugin in plugins:  # the plug-ins' checks against task and rewards
         plugin.check_task(training, script.task, spec, rewards)
     check_entropy_bonus(training)
+    preflight.check_monitor(script, training)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)
     with relative_path_hint(model.model_name_or_path):

@@ -68,9 +68,11 @@ def check_prompts_per_step(n_prompts: int, training: Any) -> None:
 
 def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks: Sequence[Any] = ()) -> Any:
     """Dataset, tokenizer, rewards and the trainer (the model is loaded here, by TRL, from its path); ``callbacks``:
-    more ``TrainerCallback``s beside the metrics file (the collapse benchmark's exact trajectory)."""
+    more ``TrainerCallback``s beside the metrics file (the collapse benchmark's exact trajectory); with
+    ``monitor_split``, the held-out pass@k monitor (:mod:`rlvr_div.monitor`)."""
     from trl import get_peft_config
 
+    from rlvr_div.model_card import name_base_in_model_card
     from rlvr_div.models import (
         checkpoint_path,
         gguf_source,
@@ -79,6 +81,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         quantization_config,
         store_portable_base,
     )
+    from rlvr_div.monitor import recipe_monitor
     from rlvr_div.preflight import is_lora_target_error, lora_error_line
     from rlvr_div.rewards import get_reward
     from rlvr_div.sampling import stop_token_ids
@@ -92,6 +95,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))
     check_prompts_per_step(len(dataset), training)
+    monitor = recipe_monitor(script, training)  # its held-out problems are read before the load (a bad split: one line)
     settings, options = script.reward_settings(), script.task_kwargs()
     reward_funcs = [
         get_reward(n, **task_reward_settings(script.task, n, settings.get(n), **options))
@@ -128,8 +132,12 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     stop = task_stop_text(script.task, **options)  # a few-shot prompt's newline ends a completion
     if stop is not None:  # (with use_vllm refused by recipe.validate)
         end_completions_at(trainer, stop_token_ids(tokenizer, stop))
-    # an adapter records tiny-<spec hash> or its GGUF source (package:NAME or the file), not a cache path
+    if monitor is not None:
+        trainer.add_callback(monitor(trainer))
+    # an adapter records rlvr_div/tiny_bases/tiny-<spec hash> (a shipped tiny base), tiny-<spec hash> (another) or
+    # its GGUF source (package:NAME or the file), not a cache path; the model card names the base as given
     store_portable_base(trainer.model, gguf_source(model.model_name_or_path, script.gguf_file))
+    name_base_in_model_card(trainer, model.model_name_or_path, script.gguf_file)
     if not script.console_logs:
         _progress_bar_only(trainer)
     return trainer

@@ -1,5 +1,6 @@
-"""LoRA adapters: one trained on ``tiny`` stores ``tiny-<spec hash>`` as its base and still loads after the cache
-moves; ``rlvr-div merge`` writes a full model with the adapter's log-probs; merge's bad input is one line."""
+"""LoRA adapters: one trained on ``tiny`` stores ``rlvr_div/tiny_bases/tiny-<spec hash>`` (the shipped base's
+package-relative directory) as its base and still loads after the cache moves; ``rlvr-div merge`` writes a full
+model with the adapter's log-probs; merge's bad input is one line."""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def test_merge_bad_input_is_one_line(random_adapter, tmp_path, capsys, no_model_
 
 
 def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, monkeypatch):
-    """Train a LoRA adapter with the cache in A: the adapter and its checkpoint store ``tiny-<hash>``. Move A to B:
+    """Train a LoRA adapter with the cache in A: the adapter and its checkpoint store the shipped base's
+    package-relative directory, ``rlvr_div/tiny_bases/tiny-<hash>``, and its model card names ``tiny``. Move A to B:
     the adapter (and one saved the old way, with A's absolute path) still evaluates and merges."""
     from peft import get_peft_model
 
@@ -100,10 +102,12 @@ def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, mon
            "--model_revision", "v1", "--disable_tqdm", "true"]  # fmt: skip
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _base_name(run) == name
+    assert _base_name(run) == f"rlvr_div/tiny_bases/{name}"
+    card = (run / "README.md").read_text()
+    assert "fine-tuned version of `tiny`" in card and "None" not in card
     # the base revision trained on is recorded (a local base ignores it; a hub base is loaded at it again)
     assert json.loads((run / "adapter_config.json").read_text())["revision"] == "v1"
-    assert _base_name(run / "checkpoint-2") == name
+    assert _base_name(run / "checkpoint-2") == f"rlvr_div/tiny_bases/{name}"
     old_style = tmp_path / "old_style"  # saved as peft does by itself: the absolute path of the base in cache A
     get_peft_model(load_model(str(cache_a / name)), lora_config(r=4, alpha=8)).save_pretrained(old_style)
     assert _base_name(old_style) == str(cache_a / name)
@@ -159,7 +163,7 @@ def test_tiny_of_another_spec_is_one_line(tmp_path, monkeypatch, no_model_loads)
     from rlvr_div.models import portable_model_name, resolve_model
 
     monkeypatch.setenv("RLVR_DIV_CACHE", str(tmp_path))
-    assert portable_model_name("tiny").startswith("tiny-")
+    assert portable_model_name("tiny").startswith("rlvr_div/tiny_bases/tiny-")
     assert resolve_model(portable_model_name("tiny"), build=False) == "tiny"
     with pytest.raises(ConfigError, match="spec hash 000000000000, but this rlvr-div builds"):
         resolve_model("/gone/cache/tiny-000000000000")

@@ -95,7 +95,7 @@ def test_named_tiny_bases_resolve_without_building(tmp_path, monkeypatch):
     assert resolve_model("tiny2", build=False) == "tiny2"
     key = TINY_BASES["tiny2"].key()
     assert key != TINY_BASES["tiny"].key()
-    assert portable_model_name("tiny2") == f"tiny-{key}"
+    assert portable_model_name("tiny2") == f"rlvr_div/tiny_bases/tiny-{key}"  # shipped: its package-relative directory
     assert tiny_by_name(f"tiny-{key}", f"tiny-{key}", build=False) == "tiny2"
     with pytest.raises(ConfigError, match="tiny2 = "):
         tiny_by_name("tiny-000000000000", "tiny-000000000000", build=False)

@@ -107,13 +107,24 @@ class Reward:
         """Batch API: one score per completion; ``columns[c][i]`` is column ``c`` of completion i's row."""
         raise NotImplementedError
 
+    def batch_metrics(self) -> dict[str, float]:
+        """Numbers about the last :meth:`score` call that training logs at every step (none by default)."""
+        return {}
+
     def __call__(self, prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
-        """TRL reward-function API: ``completions`` plus every dataset column as keyword lists."""
+        """TRL reward-function API: ``completions`` plus every dataset column as keyword lists. With TRL's
+        ``log_metric`` (TRL >= 1.0 passes it), each of :meth:`batch_metrics` is logged as ``rewards/NAME/KEY``: TRL
+        averages it over the logging interval (and processes) into the step's metrics (``metrics.jsonl``)."""
         texts = [completion_text(c) for c in completions]
         missing = [c for c in self.columns if c not in kwargs]
         if missing:
             raise KeyError(f"reward {self.name!r} needs dataset column(s) {missing}")
-        return self.score(texts, **{c: kwargs[c] for c in self.columns})
+        scores = self.score(texts, **{c: kwargs[c] for c in self.columns})
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            for key, value in self.batch_metrics().items():
+                log_metric(f"rewards/{self.name}/{key}", value)
+        return scores
 
 
 def build(name: str, factory: Any, settings: dict[str, Any], type_error: str | None = None) -> Any:

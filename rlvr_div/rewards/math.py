@@ -2,7 +2,10 @@
 
 ``math_accuracy`` (reads column ``answer``): the final answer is the content of the completion's last ``\\boxed{…}``
 (the prompts of the math tasks ask for it), or with ``extract="answer_is"`` the number after the first "The answer
-is" (the answer of a few-shot completion-style prompt, whose completion goes on with more "Q:" lines); the score is
+is" (the answer of a few-shot completion-style prompt, whose completion goes on with more "Q:" lines), or with
+``extract="gsm8k"`` the number after the first "The answer is" or ``####`` (lm-eval's strict-match for GSM8K; the
+default for a GSM8K-style sample log scored by ``rlvr-div eval --samples``, with ``fallback="last_number"``, its
+flexible-extract); the score is
 
     r(completion, gold) = 1  if math-verify judges the answer equal to the gold answer (gold first:
                              ``verify(parse(gold), parse(answer))``), 0 otherwise,
@@ -15,7 +18,8 @@ Extraction is plain string scanning in the calling process, linear in the comple
 budget, ``batch_budget`` seconds (default :data:`BATCH_BUDGET_S`; ``None``: none): answers not verified when it runs
 out are unscored (None, like an unparseable gold: not judged wrong) and counted in one warning, so a batch of hostile
 answers costs one budget instead of one deadline each. An evaluation counts them in ``unjudged_samples`` of its
-``results.json``; in training TRL turns None into NaN, which its sum over reward functions skips. Results are cached
+``results.json``; in training TRL turns None into NaN, which its sum over reward functions skips, and every step's
+metrics count them as ``rewards/math_accuracy/over_budget`` (TRL's ``log_metric``). Results are cached
 by (gold, extracted answer), so the duplicate answers of a collapsed policy are verified once; answers stopped by
 the budget are not cached, and a later batch verifies them.
 
@@ -48,8 +52,9 @@ _BARE_TOKEN = re.compile(r"[^\s$]+")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _SPACES = re.compile(r"\s+")
 FALLBACKS = ("none", "last_number")
-EXTRACTS = ("boxed", "answer_is")
+EXTRACTS = ("boxed", "answer_is", "gsm8k")
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
+_GSM8K_MARKS = re.compile(r"the answer is|####", re.IGNORECASE)
 _LEADING_NUMBER = re.compile(r"[\s:=$]*(-?\d[\d,]*(?:\.\d+)?)")
 
 
@@ -100,6 +105,18 @@ def answer_is(text: str) -> str | None:
         return None
     m = _LEADING_NUMBER.match(text, found.end(), found.end() + 64)
     return m.group(1).replace(",", "") if m else None
+
+
+def gsm8k_marked(text: str) -> str | None:
+    """The number after the first "The answer is" or ``####`` in ``text`` that a number follows (whichever comes
+    first; case-insensitive; ``:``, ``=`` and ``$`` may come between), commas removed, else None: lm-eval's
+    ``strict-match`` answer of its ``gsm8k-cot`` ("The answer is 18.") and ``gsm8k`` ("#### 18") tasks. Linear in
+    ``text``: each mark is followed by at most 64 characters of scanning."""
+    for found in _GSM8K_MARKS.finditer(text):
+        m = _LEADING_NUMBER.match(text, found.end(), found.end() + 64)
+        if m:
+            return m.group(1).replace(",", "")
+    return None
 
 
 def gold_text(gold: Any) -> str:
@@ -187,9 +204,10 @@ class MathAccuracy(Reward):
     verifications of one ``score`` call; the answers not verified by then score 0, with a warning counting them;
     ``None``: no budget), ``workers`` (processes; default one per core), ``max_answer_chars``, ``extract``
     (``"boxed"``: the last ``\\boxed{}``; ``"answer_is"``: the number after the first "The answer is", the answer of
-    the math tasks' ``format: fewshot`` prompts, which select it), ``fallback`` (when the extraction finds nothing;
-    ``"none"``: no answer; ``"last_number"``: the last number of the completion is the answer, as in GSM8K-style
-    evaluation), ``memory_mb`` (per worker).
+    the math tasks' ``format: fewshot`` prompts, which select it; ``"gsm8k"``: the number after the first "The answer
+    is" or ``####``, lm-eval's strict-match for GSM8K, the default when scoring a GSM8K-style sample log),
+    ``fallback`` (when the extraction finds nothing; ``"none"``: no answer; ``"last_number"``: the last number of the
+    completion is the answer, as lm-eval's flexible-extract for GSM8K), ``memory_mb`` (per worker).
     """
 
     name = "math_accuracy"
@@ -229,6 +247,7 @@ class MathAccuracy(Reward):
         self.cache_size = int(cache_size)
         self.batch_budget = None if batch_budget is None else float(batch_budget)
         self.stats = {"scored": 0, "verified": 0, "timeouts": 0, "errors": 0, "over_budget": 0}
+        self.last_over_budget = 0  # completions of the last score() call that the batch budget left unscored
         self._cache: OrderedDict[tuple[str, str | None], float | None] = OrderedDict()
         self._pool: DeadlinePool | None = None
 
@@ -261,6 +280,8 @@ class MathAccuracy(Reward):
     def extract(self, completion: str) -> str | None:
         if self.extract_mode == "answer_is":
             answer = answer_is(completion)
+        elif self.extract_mode == "gsm8k":
+            answer = gsm8k_marked(completion)
         else:
             answer = extract_boxed(completion, self.max_answer_chars)
         if answer is None and self.fallback == "last_number":
@@ -293,8 +314,9 @@ class MathAccuracy(Reward):
                 self._cache.popitem(last=False)
         self.stats["scored"] += len(keys)
         self.stats["verified"] += len(todo) - len(stopped)
+        self.last_over_budget = sum(k in stopped for k in keys)
         if stopped:
-            count = sum(k in stopped for k in keys)
+            count = self.last_over_budget
             self.stats["over_budget"] += count
             logger.warning(
                 "math_accuracy: %d of %d completions were not verified within the batch budget of %g s "
@@ -304,6 +326,11 @@ class MathAccuracy(Reward):
                 self.batch_budget,
             )
         return [known[k] for k in keys]
+
+    def batch_metrics(self) -> dict[str, float]:
+        """``over_budget``: how many completions of the last batch the batch budget left unscored (their reward is
+        lost to training: TRL skips a None); logged at every training step as ``rewards/math_accuracy/over_budget``."""
+        return {"over_budget": float(self.last_over_budget)}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pool": None, "_cache": OrderedDict()}
