@@ -26,18 +26,33 @@ def primary_lines(entry: dict[str, Any]) -> list[str]:
         "### The primary comparison (written in the config before the runs)",
         "",
         f"Each method minus the baseline, seed by seed, on {what} of class `{spec['class']}` of the {spec['split']} "
-        f"split (mean ± 95% t-interval over seeds; p: paired t-test; Holm over the family of {primary['family']} "
-        f"methods at α = {spec['alpha']}). A difference is claimed only where the interval excludes 0, it "
-        f"survives Holm, and its size is at least {spec['min_difference']:g}:",
+        f"split (mean ± 95% t-interval over seeds, printed clipped as [lo, hi] where it reaches past what the "
+        f"difference can take; p: paired t-test; p (sign-flip): the exact sign-flip permutation test of the same "
+        f"differences, valid for few seeds, whose smallest possible value is 2/2^seeds, 0.0625 with 5; Holm over "
+        f"the family of {primary['family']} methods at α = {spec['alpha']}, on the t-test's p). A difference is "
+        f"claimed only where the interval excludes 0, it survives Holm, and its size is at least "
+        f"{spec['min_difference']:g}:",
         "",
     ]
+    problems = _class_problems(entry, spec)
+    bound = None if problems is None or spec["metric"] not in COUNTS else float(problems)
     rows = []
     for name, diff in primary["rows"].items():
         label = entry["methods"][name]["label"]
         p = "—" if diff.get("p") is None else f"{diff['p']:.2g}"
-        rows.append([label, diff_cell(diff, 2), p, "yes" if diff.get("holm") else "no",
+        flip = "—" if diff.get("sign_flip_p") is None else f"{diff['sign_flip_p']:.3g}"
+        cell = diff_cell(diff, 2, low=None if bound is None else -bound, high=bound)
+        rows.append([label, cell, p, flip, "yes" if diff.get("holm") else "no",
                      "**yes**" if diff.get("claimed") else "no"])  # fmt: skip
-    return lines + table(["method − baseline", "Δ", "p", "Holm", "claimed"], rows)
+    return lines + table(["method − baseline", "Δ", "p", "p (sign-flip)", "Holm", "claimed"], rows)
+
+
+COUNTS = ("lost_at", "gained_at")  # per-class metrics that count problems: they lie in [0, the class's problems]
+
+
+def _class_problems(entry: dict[str, Any], spec: dict[str, Any]) -> int | None:
+    """The number of problems of the primary comparison's class, where the report has it."""
+    return ((entry.get("base_by_class") or {}).get(spec.get("split")) or {}).get(spec.get("class"), {}).get("problems")
 
 
 def class_lines(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
@@ -67,15 +82,20 @@ def class_lines(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
         for c in classes:
             e = by_class.get(c) or {}
             diff = (versus.get(c) or {}).get(str(kmax))
-            row += [_pm(e.get("mu")), _pm(e.get("minority_share")), _pm(e.get("pass_at", {}).get(str(kmax))),
-                    _pm(e.get("lost_at", {}).get(str(kmax)), 2), _pm(e.get("gained_at", {}).get(str(kmax)), 2),
-                    "—" if diff is None else diff_cell(diff, 2, claim=True)]  # fmt: skip
+            n = base[c]["problems"]
+            row += [_pm(e.get("mu"), low=0, high=1), _pm(e.get("minority_share"), low=0, high=1),
+                    _pm(e.get("pass_at", {}).get(str(kmax)), low=0, high=1),
+                    _pm(e.get("lost_at", {}).get(str(kmax)), 2, low=0, high=n),
+                    _pm(e.get("gained_at", {}).get(str(kmax)), 2, low=0, high=n),
+                    "—" if diff is None else diff_cell(diff, 2, claim=True, low=-n, high=n)]  # fmt: skip
         rows.append(row)
     problems = ", ".join(f"{base[c]['problems']} {c}" for c in classes)
     return [
         f"### By prompt class ({split} split: {problems} prompts)",
         "",
-        "Exact per class, mean ± 95% t-interval over seeds. The minority share is π(minority strategy | valid); "
+        "Exact per class, mean ± 95% t-interval over seeds; an interval that reaches past what the number can "
+        "take (0 to 1, or 0 to the class's problems) is printed clipped, as mean [lo, hi]. The minority share is "
+        "π(minority strategy | valid); "
         f"lost@{kmax} and gained@{kmax} are the expected numbers of problems the base solves in {kmax} draws and the "
         f"model does not (and the reverse). Δ lost is the model's problems lost minus the baseline's, paired by seed "
         f"(** = the interval excludes 0 and |Δ| ≥ {entry.get('min_difference', 0.5):g} problems; '≈ 0' = below "

@@ -26,7 +26,7 @@ from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table
 from collapse_bench.measure import SHIFT_TOP
 from collapse_bench.per_prompt import matched_with_prompts
-from collapse_bench.stats import holm, mean_ci
+from collapse_bench.stats import holm, mean_ci, sign_flip_p
 from eval.records import write_json
 
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -222,7 +222,8 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         f"prompts are shared by all seeds, so the seeds' spread leaves their sampling out; a draw in which a seed's "
         f"resampled path does not reach μ leaves that seed out of that draw, and 'missed' counts such seed-draws "
         f"of all, so v_p is conditional on reaching μ where it is not 0); Holm over the declared levels, a level "
-        f"no seed's paths both reach staying in the family as not rejected. "
+        f"no seed's paths both reach staying in the family as not rejected. p (sign-flip): the exact sign-flip "
+        f"permutation test of the per-seed differences (seeds only, prompts fixed; smallest possible 2/2^seeds). "
         f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
         "",
     ]
@@ -231,18 +232,20 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
     rows = []
     for lv in entry["levels"]:
         if lv["mean"] is None:
-            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 8 + ["no"])
+            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 9 + ["no"])
             continue
         pairs = ", ".join(f"{d:+.2f}" for d in lv.get("differences", ()))
         interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
         se_s = "–" if lv["se_seeds"] is None else f"{lv['se_seeds']:.3f}"
         se_p = "–" if lv["se_prompts"] is None else f"{lv['se_prompts']:.3f}"
         pv = "–" if lv["p"] is None else f"{lv['p']:.3g}"
+        flip = sign_flip_p(lv.get("differences") or [])
+        flip_cell = "–" if flip is None or lv["n"] < 2 else f"{flip:.3g}"
         missed = "–" if lv["lo"] is None else f"{lv['missed_draws']}/{p.resamples * lv['n']}"
         rows.append([f"{lv['level']:g}", str(lv["n"]), f"{lv['mean']:+.3f}", pairs, interval, se_s, se_p, missed, pv,
-                     "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
-    head = ["μ", "seeds", "difference", "per seed", "95% interval", "se (seeds)", "se (prompts)", "missed", "p", "Holm",
-            "supported"]  # fmt: skip
+                     flip_cell, "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
+    head = ["μ", "seeds", "difference", "per seed", "95% interval", "se (seeds)", "se (prompts)", "missed", "p",
+            "p (sign-flip)", "Holm", "supported"]  # fmt: skip
     return [*lines, *table(head, rows)]
 
 

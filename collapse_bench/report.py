@@ -43,6 +43,12 @@ def _crossover(ci: dict[str, Any], seeds: int) -> str:
     return ", ".join(parts) or "—"
 
 
+CLIPPED = (
+    "Mean ± 95% t-interval over seeds; an interval that reaches past what the number can take (validity and "
+    "pass@k in [0, 1], problems lost or gained at least 0) is printed clipped, as mean [lo, hi]."
+)
+
+
 def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
     multi = multi_answer(entry, split)
     header = [
@@ -74,8 +80,10 @@ def metric_table(entry: dict[str, Any], split: str, kmax: int) -> list[str]:
             continue
         s = m["splits"][split]
         value = "—" if m["value"] is None else f"{m['tune_key']}={m['value']}"
-        row = [m["label"], value, _pm(s.get("mu")), _pm(s.get(f"pass_at_{kmax}")), _pm(s.get(f"lost_at_{kmax}"), 2),
-               _pm(s.get(f"gained_at_{kmax}"), 2), _crossover(s.get("crossover_k", {}), len(m["seeds"]))]  # fmt: skip
+        # validity and pass@k lie in [0, 1], problems lost and gained are counts (≥ 0): intervals print clipped
+        row = [m["label"], value, _pm(s.get("mu"), low=0, high=1), _pm(s.get(f"pass_at_{kmax}"), low=0, high=1),
+               _pm(s.get(f"lost_at_{kmax}"), 2, low=0), _pm(s.get(f"gained_at_{kmax}"), 2, low=0),
+               _crossover(s.get("crossover_k", {}), len(m["seeds"]))]  # fmt: skip
         if multi:
             row += [_pm(s.get(f"cov_at_{kmax}")), _pm(s.get("effective_answers"), 2), _pm(s.get("kl_pstar"), 2),
                     _pm(s.get("kl_uniform"), 2), _pm(s.get(f"distinct_at_{kmax}"), 2), _pm(s.get("n90"), 1),
@@ -274,7 +282,7 @@ def write_report(agg: dict[str, Any], out: Path, header: list[str], toy: dict[st
         splits = ["train", split] if multi_answer(entry, split) else [split]
         for sp in splits:
             what = "the training prompts (the objective's own distribution)" if sp == "train" else f"the {sp} split"
-            lines += ["", f"### Exact measurements on {what}", ""] + metric_table(entry, sp, kmax)
+            lines += ["", f"### Exact measurements on {what}", "", CLIPPED, ""] + metric_table(entry, sp, kmax)
             lines += ["", f"Paired differences against the baseline on {what} (** = the 95% interval excludes 0; † = "
                       f"the paired t-test survives Holm's correction at 0.05 over the task's family of "
                       f"{entry.get('holm_family', 0)} paired comparisons: every method × split (train, validation, "

@@ -489,6 +489,8 @@ def test_the_real_lm_report_computes_the_declared_primary_comparison(tmp_path):
     text = report(agg, "cmd", study, "bench/real_lm_countries.yaml")
     assert "## The primary comparison" in text and "| 0.8 | 0 | – |" in text and "`countries`" in text
     assert f"| {levels[0.6]['missed_draws']}/{3 * 2000} |" in text  # the seed-draws that miss μ, of all
+    row = next(line for line in text.splitlines() if line.startswith("| 0.6 | 3 |"))
+    assert row.split(" | ")[9] == "0.25"  # p (sign-flip) beside the t p: 3 pairs all negative, 2/2^3
 
 
 def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):

@@ -114,3 +114,34 @@ def test_a_robustness_block_has_one_primary_family_per_setting():
     bench = load_benchmark(REPO / "bench" / "collapse_routes_robust.yaml")
     assert bench.primary.task == "*" and len(bench.tasks) == 5
     assert {t.task for t in bench.tasks} == {"routes"} and bench.primary.k == 64
+
+
+def test_the_report_prints_the_sign_flip_p_and_intervals_clipped_to_what_a_count_can_take():
+    """α-DPG's case on `routes`: lost 150, 0, 0, 0, 2 of 150 is 30.4 ± 83.0, whose t-interval reaches −52.6; the
+    class table prints it clipped to [0, 150] (the stored interval is unchanged), the primary table prints the exact
+    sign-flip p beside the t-test's (5 seeds, every difference negative: 2/32)."""
+    from collapse_bench.class_report import class_lines, primary_lines
+
+    grpo = {s: _result(x) for s, x in zip(range(1, 6), [30.0, 28.0, 33.0, 31.0, 29.0])}
+    keeps = {s: _result(x) for s, x in zip(range(1, 6), [3.0, 2.0, 4.0, 3.5, 2.5])}
+    wild = {s: _result(x) for s, x in zip(range(1, 6), [150.0, 0.0, 0.0, 0.0, 2.0])}
+    results = {"grpo": grpo, "keeps": keeps, "wild": wild}
+    primary = primary_comparison(Primary("routes", "test", "long", "lost_at", 256, 0.5), results, "grpo")
+    assert primary["rows"]["keeps"]["sign_flip_p"] == pytest.approx(2 / 32)
+    methods = {
+        name: {"label": name, "by_class": {"test": class_table(r, "test", [256])},
+               "lost_vs_baseline": {"test": lost_versus_baseline(r, grpo, "test", [256], 0.5)}}
+        for name, r in results.items()
+    }  # fmt: skip
+    base = {c: {"problems": 150, "mu": 0.5, "minority_share": 0.1, "pass_at": {"256": 0.9}} for c in ("short", "long")}
+    entry = {"primary": primary, "methods": methods, "base_by_class": {"test": base}}
+    lost = methods["wild"]["by_class"]["test"]["long"]["lost_at"]["256"]
+    assert round(lost["mean"], 1) == 30.4 and round(lost["half"], 1) == 83.0 and round(lost["lo"], 1) == -52.6
+    wild_row = next(line for line in class_lines(entry, "test", 256) if line.startswith("| wild |"))
+    assert "30.40 [0.00, 113.42]" in wild_row and "-52.6" not in wild_row
+    keeps_row = next(line for line in class_lines(entry, "test", 256) if line.startswith("| keeps |"))
+    assert "3.00 ± " in keeps_row  # inside [0, 150]: printed as before
+    table = primary_lines(entry)
+    assert "| method − baseline | Δ | p | p (sign-flip) | Holm | claimed |" in table
+    row = next(line for line in table if line.startswith("| keeps |"))
+    assert row.split(" | ")[3] == "0.0625"  # 2/32, beside the t-test's p

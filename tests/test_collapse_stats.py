@@ -183,3 +183,41 @@ def test_holm_paired_marks_each_difference_and_counts_only_the_tested():
     assert clear["p"] == paired_p_value(clear) and clear["p"] <= 0.025 and clear["holm"] is True
     assert noisy["p"] > 0.05 and noisy["holm"] is False
     assert single["p"] is None and single["holm"] is False
+
+
+def test_sign_flip_p_by_hand():
+    """Exact two-sided sign-flip permutation p: with 5 pairs all of one sign only the observed signs and their mirror
+    reach the observed |mean|: 2/32 = 0.0625, the smallest p 5 seeds allow, however large the differences."""
+    from collapse_bench.stats import sign_flip_p
+
+    assert sign_flip_p([-1.0, -2.0, -3.0, -4.0, -5.0]) == 2 / 32
+    assert sign_flip_p([-100.0, -0.1, -3.0, -4.0, -5.0]) == 2 / 32
+    assert sign_flip_p([1.0, 2.0, 3.0]) == 2 / 8
+    # 1, −1, 2, 3 (sum 5): |±1 ±1 ±2 ±3| ≥ 5 for the signs (+,+,+,+), (+,−,+,+), (−,−,+,+) and their mirrors: 6 of 16
+    assert sign_flip_p([1.0, -1.0, 2.0, 3.0]) == 6 / 16
+    assert sign_flip_p([0.0, 0.0, 0.0]) == 1.0 and sign_flip_p([]) is None
+    d = paired_difference({s: 0.0 for s in range(1, 6)}, {s: float(s) for s in range(1, 6)})
+    assert d["sign_flip_p"] == 0.0625 and d["mean"] == -3.0
+
+
+def test_intervals_print_clipped_to_what_the_outcome_can_take():
+    from collapse_bench.markdown import clipped, diff_cell, pm
+
+    lost = {"mean": 30.4, "half": 83.0, "lo": -52.6, "hi": 113.4}  # problems lost of 150: can't be below 0
+    assert pm(lost, 1) == "30.4 ± 83.0"  # no bounds given: as before
+    assert pm(lost, 1, low=0, high=150) == "30.4 [0.0, 113.4]"
+    assert pm({"mean": 140.0, "half": 20.0, "lo": 120.0, "hi": 160.0}, 1, low=0, high=150) == "140.0 [120.0, 150.0]"
+    assert pm({"mean": 3.0, "half": 1.0, "lo": 2.0, "hi": 4.0}, 1, low=0, high=150) == "3.0 ± 1.0"
+    assert pm({"mean": 0.98, "half": 0.03}, 2, low=0, high=1) == "0.98 [0.95, 1.00]"  # ends from mean ± half
+    assert clipped({"mean": 0.5, "half": 0.1}, 0, 1) is None and clipped({"mean": 1.0}, 0, 1) is None
+    diff = {"mean": -140.0, "half": 20.0, "lo": -160.0, "hi": -120.0}
+    assert diff_cell(diff, 1, low=-150, high=150) == "-140.0 [-150.0, -120.0]"
+    assert diff_cell(diff, 1) == "-140.0 ± 20.0"
+    assert lost == {"mean": 30.4, "half": 83.0, "lo": -52.6, "hi": 113.4}  # the stored interval is not changed
+
+
+def test_an_end_past_a_bound_by_less_than_display_precision_is_not_clipped():
+    from collapse_bench.markdown import pm
+
+    assert pm({"mean": 1.0, "half": 1e-12, "lo": 1.0 - 1e-12, "hi": 1.0 + 1e-12}, 3, low=0, high=1) == "1.000 ± 0.000"
+    assert pm({"mean": 0.004, "half": 0.01, "lo": -0.006, "hi": 0.014}, 2, low=0) == "0.00 [0.00, 0.01]"

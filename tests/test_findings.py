@@ -4,6 +4,7 @@ quantifier ("most", "no cell", "every seed") that stops being true fails here.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,15 @@ def _report(name: str) -> dict:
     return json.loads(path.read_text())
 
 
-def test_finding_1_most_of_the_loss_comes_before_095():
+def _finding(number: int) -> str:
+    """Finding `number` of docs/collapse.md, whitespace collapsed: the sentence a test checks must still say it."""
+    block = re.search(r"<!-- findings -->\n(.*?)<!-- /findings -->", DOCS.read_text(), re.S).group(1)
+    match = re.search(rf"^{number}\. (.*?)(?=^\d+\. |^\*\*|\Z)", block, re.S | re.M)
+    assert match, f"docs/collapse.md has no finding {number}"
+    return " ".join(match.group(1).split())
+
+
+def test_finding_6_most_of_the_loss_comes_before_095():
     entry = _report("collapse")["tasks"]["skewsum"]
     paths = [p for p in entry["baseline_paths"].values() if p]
     at = {mu: np.mean([path_value_at(p, mu, "effective_answers") for p in paths]) for mu in (0.75, 0.9, 0.95)}
@@ -35,7 +44,7 @@ def test_finding_1_most_of_the_loss_comes_before_095():
     assert "most of the loss (6.23 → 3.99) comes before μ = 0.95" in DOCS.read_text()
 
 
-def test_finding_3_no_cell_of_the_grid_has_the_base_ahead_by_the_rule():
+def test_finding_8_no_cell_of_the_grid_has_the_base_ahead_by_the_rule():
     entry = _report("collapse")["tasks"]["carry"]
     ahead = [
         (name, k)
@@ -50,7 +59,7 @@ def test_finding_3_no_cell_of_the_grid_has_the_base_ahead_by_the_rule():
         assert entry["methods"][name]["splits"]["test"]["crossover_k"]["never"] == 5, name
 
 
-def test_finding_3_at_200_steps_the_base_is_ahead_at_32_and_64_not_at_128():
+def test_finding_8_at_200_steps_the_base_is_ahead_at_32_and_64_not_at_128():
     grpo = _report("collapse_carry200")["tasks"]["carry"]["methods"]["grpo"]
     vs = grpo["vs_base"]["test"]
     assert vs["32"]["separated"] and vs["64"]["separated"] and not vs["128"]["separated"]
@@ -59,26 +68,203 @@ def test_finding_3_at_200_steps_the_base_is_ahead_at_32_and_64_not_at_128():
     assert crossover["per_seed"] == [16] * 4 and crossover["never"] == 1  # "k = 16 in 4 of the 5 seeds"
 
 
-def test_routes_findings_r1_to_r3():
+def _pm(d: dict, digits: int) -> str:
+    """A t-summary as the docs print it: "mean ± half"."""
+    return f"{d['mean']:.{digits}f} ± {d['half']:.{digits}f}"
+
+
+def test_finding_7_rl_generalises_on_both_tasks():
+    """7: held-out validity rises on both tasks, from the base's to GRPO's (mean ± half), separated from the base."""
+    text = _finding(7)
+    tasks = _report("collapse")["tasks"]
+    for task in ("skewsum", "carry"):
+        base = tasks[task]["base"]["test"]["mu"]
+        grpo = tasks[task]["methods"]["grpo"]
+        assert f"{base:.3f} → {_pm(grpo['splits']['test']['mu'], 3)} (`{task}`)" in text, task
+        rise = grpo["vs_base"]["test"]["1"]  # Δ pass@1 = Δ validity, seeds × prompts interval
+        assert rise["separated"] and rise["lo"] > 0, task
+    assert "0.708 → 0.954 ± 0.016 (`skewsum`) and 0.725 → 0.923 ± 0.010 (`carry`)" in text
+
+
+def test_finding_9_at_matched_validity_alpha_dpg_keeps_the_most_of_p_star():
+    """9: α-DPG (α = 0.25) +2.62 ± 0.24 effective answers against GRPO's path at its validity, surviving Holm, ending
+    at 5.84 of p*'s 6.23; "the most of p*": of the cells that move towards p* at matched validity (Δ KL(p*‖π_v) < 0),
+    the two α-DPG cells have the largest gains in effective answers and the largest falls in KL."""
+    text = _finding(9)
+    entry = _report("collapse")["tasks"]["skewsum"]
+    matched = {n: m["matched_validity"] for n, m in entry["methods"].items() if m.get("matched_validity")}
+    dpg = matched["alpha_dpg_025"]["effective_answers"]
+    assert f"+{_pm(dpg, 2)} effective answers" in text and dpg["holm"] and dpg["lo"] > 0
+    end = entry["methods"]["alpha_dpg_025"]["splits"]["train"]["effective_answers"]["mean"]
+    p_star = entry["base"]["train"]["effective_answers"]
+    assert f"ending at {end:.2f} of p*'s {p_star:.2f}" in text and end < p_star
+    toward = {n: v for n, v in matched.items() if v["kl_pstar"]["mean"] < 0}
+    by_eff = sorted(toward, key=lambda n: -toward[n]["effective_answers"]["mean"])
+    by_kl = sorted(toward, key=lambda n: toward[n]["kl_pstar"]["mean"])
+    assert set(by_eff[:2]) == set(by_kl[:2]) == {"alpha_dpg_025", "alpha_dpg_05"}
+    held = [n for n, v in toward.items() if v["kl_pstar"]["holm"]]  # of the KL falls that survive Holm, the largest
+    assert min(held, key=lambda n: toward[n]["kl_pstar"]["mean"]) == "alpha_dpg_025"
+
+
+def test_finding_10_more_valid_answers_is_not_more_of_p_star():
+    """10: the unlikeliness reward and outcome exploration end with more effective answers than p* (10.4, 11.0) but
+    are farther from p* than GRPO at their validity (Δ KL(p*‖π_v) +0.30 ± 0.03, +0.46 ± 0.08, both separated)."""
+    text = _finding(10)
+    entry = _report("collapse")["tasks"]["skewsum"]
+    p_star = entry["base"]["train"]["effective_answers"]
+    ends, kls = [], []
+    for name in ("unlikeliness", "outcome_exploration"):
+        m = entry["methods"][name]
+        end = m["splits"]["train"]["effective_answers"]["mean"]
+        matched = m["matched_validity"]
+        assert end > p_star and matched["effective_answers"]["lo"] > 0, name  # "more valid answers"
+        assert matched["kl_pstar"]["lo"] > 0, name  # "farther from p* than GRPO at their validity"
+        ends.append(f"{end:.1f}")
+        kls.append("+" + _pm(matched["kl_pstar"], 2))
+    assert f"end with {ends[0]} and {ends[1]} effective answers" in text
+    assert f"(Δ KL(p*‖π_v) {kls[0]} and {kls[1]})" in text
+
+
+def test_finding_11_dph_rl_lowers_validity_on_the_near_perfect_prompts():
+    """11: on the training prompts near-perfect for the base (base validity ≥ 0.95) DPH-RL ends below the base and
+    below GRPO, on `carry` (quoted: η = 0.05, 0.919 ± 0.022 against GRPO's 0.987 ± 0.001) and `skewsum`, both η."""
+    text = _finding(11)
+    tasks = _report("collapse")["tasks"]
+
+    def near_perfect(task: str, name: str) -> tuple[float, dict]:
+        top = tasks[task]["methods"][name]["by_difficulty"]["train"][-1]
+        assert top["range"] == [0.95, 1.0]
+        return top["base_mu"], top["mu"]
+
+    for task in ("carry", "skewsum"):
+        _, grpo = near_perfect(task, "grpo")
+        for name in ("dph_forward_kl_005", "dph_forward_kl_05"):
+            base, dph = near_perfect(task, name)
+            assert dph["hi"] < base and dph["hi"] < grpo["lo"], (task, name)
+    _, dph = near_perfect("carry", "dph_forward_kl_005")
+    _, grpo = near_perfect("carry", "grpo")
+    assert f"`carry` near-perfect training prompts {_pm(dph, 3)} (η = 0.05) against GRPO's {_pm(grpo, 3)}" in text
+
+
+def test_finding_12_mara_best_on_routes_hurts_on_skewsum():
+    """12: on `routes` MARA loses the fewest `long` problems (none, tied with the unlikeliness reward, at higher
+    `long` validity); on `skewsum` it ends at validity 0.838 ± 0.019, below GRPO's, with 4.00 fewer effective
+    answers than GRPO at its validity (separated)."""
+    text = _finding(12)
+    routes = _report("collapse_routes")["tasks"]["routes"]["methods"]
+    long = {n: m["by_class"]["test"]["long"] for n, m in routes.items()}
+    fewest = min(round(v["lost_at"]["64"]["mean"], 1) for v in long.values())
+    tied = [n for n, v in long.items() if round(v["lost_at"]["64"]["mean"], 1) == fewest]
+    assert fewest == 0 and "mara_01" in tied
+    assert max(tied, key=lambda n: long[n]["mu"]["mean"]) == "mara_01"
+    skew = _report("collapse")["tasks"]["skewsum"]["methods"]
+    mu = skew["mara_01"]["splits"]["train"]["mu"]
+    assert mu["hi"] < skew["grpo"]["splits"]["train"]["mu"]["lo"]
+    fewer = skew["mara_01"]["matched_validity"]["effective_answers"]
+    assert fewer["hi"] < 0
+    assert f"validity {_pm(mu, 3)} and {-fewer['mean']:.2f} fewer effective answers than GRPO at its validity" in text
+
+
+def test_findings_1_to_3_routes_grpo_loses_problems_11_of_21_remedies_claimed_alpha_dpg_not():
     entry = _report("collapse_routes")["tasks"]["routes"]
 
     def long(name: str) -> dict:
         return entry["methods"][name]["by_class"]["test"]["long"]
 
     grpo = long("grpo")
-    assert round(grpo["lost_at"]["64"]["mean"], 1) == 44.5 and round(grpo["mu"]["mean"], 3) == 0.019  # R1
+    assert round(grpo["lost_at"]["64"]["mean"], 1) == 44.5 and round(grpo["mu"]["mean"], 3) == 0.019  # 1
     claimed = sorted(name for name, d in entry["primary"]["rows"].items() if d["claimed"])
-    assert entry["primary"]["family"] == 21 and len(claimed) == 11  # R2: "claimed ... for 11 cells"
+    assert entry["primary"]["family"] == 21 and len(claimed) == 11  # 2: "claimed ... for 11 cells"
     assert {"mara_01", "unlikeliness", "reverse_kl_1", "forward_kl_1", "sequence_kl_03", "dph_forward_kl_05", "pkpo",
             "passk_training", "clip_cov", "alpha_01", "reverse_kl_01"} == set(claimed)  # fmt: skip
     assert round(long("mara_01")["mu"]["mean"], 3) == 0.952 and round(long("unlikeliness")["mu"]["mean"], 3) == 0.416
-    assert not entry["primary"]["rows"]["alpha_dpg_05"]["claimed"]  # R3
+    assert not entry["primary"]["rows"]["alpha_dpg_05"]["claimed"]  # 3
     assert round(long("alpha_dpg_05")["lost_at"]["64"]["mean"], 1) == 30.4
 
 
-def test_routes_finding_r5_robustness_block():
-    """R5: MARA's claim holds in every setting of the robustness block, α-DPG's in three of five; stock GRPO loses
-    `long` problems in every setting."""
+def test_findings_1_to_3_the_numbers_of_their_sentences():
+    """1: the minority share on trained-class (`short`) held-out prompts 0.166 → 0.020 ± 0.004, 44.5 ± 11.9 of 150
+    `long` problems lost at k = 64. 2: MARA and the unlikeliness reward lose none (to display precision) at GRPO's
+    training validity (their intervals overlap it or lie above); reverse KL β = 0.1, the α-divergence and Clip-Cov
+    still lose 19.7, 12.6 and 5.1; MARA's top share 0.972 and KL(p*‖π_v) 2.56 against GRPO's 0.23; `long` validity
+    0.952 ± 0.009, 0.416 ± 0.003 and GRPO's 0.019 ± 0.004. 3: α-DPG loses all 150 in 1 of 5 seeds, 30.4 ± 83.0."""
+    entry = _report("collapse_routes")["tasks"]["routes"]
+    methods = entry["methods"]
+    short = {n: m["by_class"]["test"]["short"] for n, m in methods.items()}
+    long = {n: m["by_class"]["test"]["long"] for n, m in methods.items()}
+    base = entry["base_by_class"]["test"]
+    one = _finding(1)
+    assert f"falls from {base['short']['minority_share']:.3f} to {_pm(short['grpo']['minority_share'], 3)}" in one
+    assert f"loses {_pm(long['grpo']['lost_at']['64'], 1)} of {base['long']['problems']} held-out `long`" in one
+    two = _finding(2)
+    for name in ("mara_01", "unlikeliness"):  # "lose none at GRPO's validity"
+        assert round(long[name]["lost_at"]["64"]["mean"], 1) == 0.0, name
+        assert methods[name]["splits"]["train"]["mu"]["hi"] >= methods["grpo"]["splits"]["train"]["mu"]["lo"], name
+    still = [f"{long[n]['lost_at']['64']['mean']:.1f}" for n in ("reverse_kl_01", "alpha_01", "clip_cov")]
+    assert f"still lose {still[0]}, {still[1]} and {still[2]}" in two and min(map(float, still)) > 0
+    mara, grpo = methods["mara_01"]["splits"]["train"], methods["grpo"]["splits"]["train"]
+    assert f"top share {mara['top_share']['mean']:.3f} on the training prompts" in two
+    assert f"KL(p*‖π_v) {mara['kl_pstar']['mean']:.2f} against GRPO's {grpo['kl_pstar']['mean']:.2f}" in two
+    assert f"from {base['long']['mu']:.3f} to {_pm(long['mara_01']['mu'], 3)}" in two
+    assert f"holds it at {_pm(long['unlikeliness']['mu'], 3)}, against GRPO's {_pm(long['grpo']['mu'], 3)}" in two
+    three = _finding(3)
+    runs = RESULTS / "collapse_routes" / "runs" / "routes" / "alpha_dpg_05" / "default"
+    per_seed = [json.loads((runs / f"seed{s}" / "result.json").read_text())["splits"]["test"]["mean"]["by_class"][
+        "long"]["lost_at"]["64"] for s in (1, 2, 3, 4, 5)]  # fmt: skip
+    assert sum(round(x) == 150 for x in per_seed) == 1 and "in 1 of 5 seeds" in three
+    assert f"mean {_pm(long['alpha_dpg_05']['lost_at']['64'], 1)} lost" in three
+
+
+def _holm_adjusted(p_values: dict) -> dict:
+    """Holm's adjusted p-values: p_(i) · (m − i + 1), made monotone, capped at 1."""
+    ordered = sorted(p_values.items(), key=lambda kv: kv[1])
+    out, running = {}, 0.0
+    for i, (key, p) in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - i) * p))
+        out[key] = running
+    return out
+
+
+def test_findings_4_and_5_pooled_holm_over_the_14_tests_and_the_numbers_of_their_sentences():
+    """4: by Holm pooled over the 14 tests of findings 4–5 MARA holds in all settings but G = 4 (adjusted p 0.097),
+    α-DPG in two of five; −127.5 ± 15.2 at learning rate 1e-3; MARA's training validity below GRPO's at 1e-4 and
+    1e-3 (0.929 against 0.950, 0.910 against 0.949). 5: the four differences on the two other bases, and MARA's
+    trained-class validity on the seed-2 base (0.866 against GRPO's 0.983)."""
+    robust = _report("collapse_routes_robust")["tasks"]
+    bases = {f"seed{n}": _report(f"collapse_routes_base_seed{n}")["tasks"]["routes"] for n in (1, 2)}
+    rows = {(t, n): r for t, e in {**robust, **bases}.items() for n, r in e["primary"]["rows"].items()}
+    assert len(rows) == 14
+    adjusted = _holm_adjusted({key: r["p"] for key, r in rows.items()})
+    held = {key for key, p in adjusted.items() if p <= 0.05 and rows[key]["claimed"]}
+    assert sorted(t for t, n in held if n == "mara_01" and t in robust) == sorted(set(robust) - {"routes_g4"})
+    assert sorted(t for t, n in held if n == "alpha_dpg_05" and t in robust) == ["routes_g16", "routes_lr1e-4"]
+    assert {("seed1", "mara_01"), ("seed2", "mara_01"), ("seed1", "alpha_dpg_05"), ("seed2", "alpha_dpg_05")} <= held
+    four = _finding(4)
+    assert f"adjusted p {adjusted[('routes_g4', 'mara_01')]:.3f}" in four
+    assert "α-DPG's three of five (two pooled)" in four
+    assert f"{_pm(rows[('routes_lr1e-3', 'mara_01')], 1).replace('-', '−')} problems lost" in four
+    mu = {t: {n: e["methods"][n]["splits"]["train"]["mu"]["mean"] for n in ("grpo", "mara_01")} for t, e in
+          robust.items()}  # fmt: skip
+    assert [t for t, m in mu.items() if m["mara_01"] < m["grpo"]] == ["routes_lr1e-4", "routes_lr1e-3"]
+    lr4, lr3 = mu["routes_lr1e-4"], mu["routes_lr1e-3"]
+    assert (f"({lr4['mara_01']:.3f} against {lr4['grpo']:.3f}, {lr3['mara_01']:.3f} against {lr3['grpo']:.3f})"
+            in four)  # fmt: skip
+    five = _finding(5)
+
+    def delta(n: int, name: str) -> str:
+        return _pm(bases[f"seed{n}"]["primary"]["rows"][name], 1).replace("-", "−")
+
+    assert f"MARA ({delta(1, 'mara_01')} and {delta(2, 'mara_01')} problems lost against GRPO)" in " ".join(
+        five.split())  # fmt: skip
+    assert f"α-DPG ({delta(1, 'alpha_dpg_05')} and {delta(2, 'alpha_dpg_05')})" in five
+    short = {n: m["by_class"]["test"]["short"]["mu"] for n, m in bases["seed2"]["methods"].items()}
+    assert short["mara_01"]["hi"] < short["grpo"]["lo"]
+    assert f"({short['mara_01']['mean']:.3f} against GRPO's {short['grpo']['mean']:.3f})" in five
+
+
+def test_finding_4_routes_robustness_block():
+    """Finding 4 (R5 of docs/collapse_details.md): MARA's claim holds in every setting of the robustness block, α-DPG's
+    in three of five; stock GRPO loses `long` problems in every setting."""
     report = _report("collapse_routes_robust")
     claimed = {
         t: sorted(n for n, d in e["primary"]["rows"].items() if d["claimed"]) for t, e in report["tasks"].items()
@@ -105,8 +291,9 @@ def test_routes_finding_r5_robustness_block():
         assert sum(x > 140 for x in per_seed) == 1, (task, per_seed)
 
 
-def test_routes_finding_r6_two_more_pretraining_seeds_of_the_base():
-    """R6: on tiny3-seed1 and tiny3-seed2 both remedies are claimed against stock GRPO; no α-DPG run loses all 150."""
+def test_finding_5_two_more_pretraining_seeds_of_the_base():
+    """Finding 5 (R6 of docs/collapse_details.md): on tiny3-seed1 and tiny3-seed2 both remedies are claimed against
+    stock GRPO; no α-DPG run loses all 150."""
     for n, grpo_lost, base_long in ((1, 32.8, 0.148), (2, 84.3, 0.047)):
         entry = _report(f"collapse_routes_base_seed{n}")["tasks"]["routes"]
         rows = entry["primary"]["rows"]
