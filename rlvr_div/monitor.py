@@ -11,6 +11,10 @@ correct samples of problem i now and b_i at step 0:
   k = n, the expected lost Σ_i ρ(n, b_i, k)·(1 − ρ(n, c_i, k)) is this count, since ρ(n, c, n) = 1[c > 0];
 - ``monitor/seconds``: the time the measurement took.
 
+With ``stop_on_overtake``, a measurement where the base leads (lost − gained ≥ ``overtake_margin`` problems) warns in
+one line and stops the run after saving that step. At the end of training ``<output_dir>/training_curve.png`` is drawn
+from the record (:func:`draw_training_curve`).
+
 The metrics go through the trainer's log (a TRL trainer's metric lists, so they share the step's line), so they reach
 ``report_to`` and ``metrics.jsonl``. When ``lost_vs_base`` is > 0 and larger than at the previous measurement, one
 warning line says so.
@@ -49,6 +53,7 @@ from rlvr_div.trainers.trl_seam import metrics as trl_metrics
 logger = logging.getLogger("rlvr_div.monitor")
 
 MONITOR_FILE = "monitor.jsonl"
+CURVE_FILE = "training_curve.png"
 PREFIX = "monitor/"
 
 
@@ -91,6 +96,64 @@ def lost_warning(step: int, n: int, counts: Sequence[int], base: Sequence[int], 
     )
 
 
+# --------------------------------------------------------------------------------------------- the curve
+
+
+def draw_training_curve(record: str | os.PathLike, path: str | os.PathLike) -> Path | None:
+    """``path`` (PNG) from the monitor's ``record`` (one line per measurement): pass@1 and pass@n of the policy per
+    step, the base's (step 0) as dashed lines, and the problems lost to the base on a second axis. None when the
+    record has no measurement."""
+    records = []
+    for line in Path(record).read_text().splitlines() if Path(record).exists() else []:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and isinstance(r.get("step"), int) and isinstance(r.get("c"), list):
+            records.append(r)
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = records[-1]["n"]
+    records = [r for r in records if r["n"] == n and len(r["c"]) == len(records[-1]["c"])]
+    steps = [r["step"] for r in records]
+    p1 = [float(pass_at_k([n] * len(r["c"]), r["c"], [1])[:, 0].mean()) for r in records]
+    pn = [sum(c > 0 for c in r["c"]) / len(r["c"]) for r in records]
+    base = records[0]["c"] if records[0]["step"] == 0 else None
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    ax.plot(steps, p1, marker="o", color="tab:blue", label="pass@1")
+    ax.plot(steps, pn, marker="o", color="tab:orange", label=f"pass@{n}")
+    if base is not None:
+        ax.axhline(p1[0], color="tab:blue", linestyle="--", linewidth=1, label="base pass@1")
+        ax.axhline(pn[0], color="tab:orange", linestyle="--", linewidth=1, label=f"base pass@{n}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out pass@k")
+    ax.set_ylim(0, 1.02)
+    handles, labels = ax.get_legend_handles_labels()
+    if base is not None:
+        lost = [lost_and_gained(r["c"], base)[0] for r in records]
+        ax2 = ax.twinx()
+        ax2.bar(steps, lost, width=max(1, (max(steps) - min(steps)) / 60), color="tab:red", alpha=0.35,
+                label="problems lost to the base")  # fmt: skip
+        ax2.set_ylabel("problems lost to the base", color="tab:red")
+        ax2.set_ylim(0, max(1, max(lost)) * 1.1)
+        ax.set_zorder(ax2.get_zorder() + 1)  # the lines over the bars
+        ax.patch.set_visible(False)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.12, 1), fontsize="small", frameon=False)
+    ax.set_title(f"held-out pass@k while training ({len(records[-1]['c'])} problems, n = {n})")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 # --------------------------------------------------------------------------------------------- from a recipe
 
 
@@ -121,7 +184,14 @@ def recipe_monitor(script: Any, training: Any) -> Callable[[Any], PassAtKMonitor
     )
     where = {"task": script.task, "split": script.monitor_split, "task_seed": script.task_seed, "task_options": options}
     return functools.partial(
-        PassAtKMonitor, dataset=dataset, reward=reward, sampling=sampling, every=script.monitor_steps, settings=where
+        PassAtKMonitor,
+        dataset=dataset,
+        reward=reward,
+        sampling=sampling,
+        every=script.monitor_steps,
+        settings=where,
+        stop_on_overtake=script.monitor_stop_on_overtake,
+        overtake_margin=script.monitor_overtake_margin,
     )
 
 
@@ -147,9 +217,14 @@ class PassAtKMonitor(TrainerCallback):
         every: int | None = None,
         path: str | os.PathLike | None = None,
         settings: dict[str, Any] | None = None,
+        stop_on_overtake: bool = False,
+        overtake_margin: int = 1,
+        curve: str | os.PathLike | None = None,
     ) -> None:
         if every is not None and every < 1:
             raise ConfigError(f"monitor every={every} must be >= 1 steps")
+        if overtake_margin < 1:
+            raise ConfigError(f"monitor overtake_margin={overtake_margin} must be >= 1 problems")
         self.trainer = trainer
         self.prompts = list(dataset["prompt"])
         self.columns = {c: list(dataset[c]) for c in reward.columns}
@@ -157,6 +232,10 @@ class PassAtKMonitor(TrainerCallback):
         self.sampling = sampling
         self.every = every
         self.path = Path(path) if path is not None else Path(trainer.args.output_dir) / MONITOR_FILE
+        self.curve = Path(curve) if curve is not None else self.path.parent / CURVE_FILE
+        self.stop_on_overtake = stop_on_overtake
+        self.overtake_margin = overtake_margin
+        self.overtaken = False  # the last measurement found the base ahead by the margin
         sampled = {k: v for k, v in sampling.to_dict().items() if k != "batch_size"}  # batches change no sample
         described = {"problems": len(self.prompts), "sampling": sampled, "reward": reward.name,
                      "reward_settings": reward.settings(), **(settings or {})}  # fmt: skip
@@ -184,6 +263,9 @@ class PassAtKMonitor(TrainerCallback):
         if not due or step == self.measured:
             return
         metrics = self.measure(state)
+        if self.stop_on_overtake and self.overtaken:  # saved first, then stopped (the Trainer's order)
+            control.should_save = True
+            control.should_training_stop = True
         try:
             pending = trl_metrics(self.trainer, "train")
         except (AttributeError, KeyError, TypeError):  # not a TRL trainer: a line of its own
@@ -194,9 +276,15 @@ class PassAtKMonitor(TrainerCallback):
         control.should_log = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """A run stopped before its last step (by another callback) is measured where it stopped."""
+        """A run stopped before its last step (by another callback) is measured where it stopped; then the curve is
+        drawn from the whole record (a resumed run's earlier measurements included)."""
         if self.measured != state.global_step:
             Trainer.log(self.trainer, self.measure(state))
+        if state.is_world_process_zero:
+            try:
+                draw_training_curve(self.path, self.curve)
+            except (OSError, ValueError, RuntimeError) as e:  # a plot is not worth the run's end
+                logger.warning("could not draw %s: %s", self.curve, e)
 
     # -- measuring and the record
 
@@ -247,8 +335,17 @@ class PassAtKMonitor(TrainerCallback):
                 line = lost_warning(step, n, counts, self.base, self.lost)
                 if line is not None:
                     logger.warning("%s", line)
+        self.overtaken = False
         if self.base is not None:
             self.lost = metrics[f"{PREFIX}lost_vs_base"]
+            lead = self.lost - metrics[f"{PREFIX}gained_vs_base"]
+            self.overtaken = lead >= self.overtake_margin
+            if self.stop_on_overtake and self.overtaken and state.is_world_process_zero:
+                logger.warning(
+                    "step %d: the base overtook the policy on the held-out problems (lost %d, gained %d, margin %d): "
+                    "stopping the run after saving this step (monitor_stop_on_overtake)",
+                    step, self.lost, metrics[f"{PREFIX}gained_vs_base"], self.overtake_margin,
+                )  # fmt: skip
         self.measured = step
         return metrics
 

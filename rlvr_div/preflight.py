@@ -71,6 +71,7 @@ RANGES: dict[str, Range] = {
     "monitor_n": AT_LEAST_ONE,
     "monitor_steps": AT_LEAST_ONE,
     "monitor_max_new_tokens": AT_LEAST_ONE,
+    "monitor_overtake_margin": AT_LEAST_ONE,
     # sampling and generation lengths
     "temperature": POSITIVE,
     "top_p": PROBABILITY,
@@ -158,26 +159,57 @@ def check_loss_type(training: Any) -> None:
 
 # --------------------------------------------------------------------------------------------- held-out evaluation
 
-DEFAULT_MONITOR_STEPS = 10  # what a refused eval_strategy's hint suggests when eval_steps is not a step count
+
+def eval_strategy_as_monitor(script: Any, training: Any) -> str | None:
+    """TRL's ``eval_strategy: steps`` with ``eval_steps`` turns the monitor on (:mod:`rlvr_div.monitor`):
+    ``monitor_steps`` = ``eval_steps`` (a fraction < 1 of ``max_steps`` rounded up), ``monitor_split`` = the task's
+    ``validation`` split when it has one, else ``test`` (a ``monitor_*`` key given wins), and ``eval_strategy`` is set
+    back to ``no``, so that transformers' Trainer does not run its own evaluate(), which needs an eval_dataset
+    ``rlvr-div train`` does not build. Returns the line that says so, or None when ``eval_strategy`` is ``no``; another
+    strategy (``epoch``) is one line."""
+    from transformers.trainer_utils import IntervalStrategy
+
+    from rlvr_div.tasks import get_task
+
+    strategy = getattr(training.eval_strategy, "value", training.eval_strategy)
+    if strategy in (None, "no"):
+        return None
+    if strategy != "steps":
+        raise ConfigError(
+            f"eval_strategy={strategy} is not supported: held-out pass@k while training runs every N steps "
+            "(--eval_strategy steps --eval_steps N, or --monitor_split test --monitor_steps N; docs/recipes.md, "
+            "'Held-out pass@k while training')"
+        )
+    steps = training.eval_steps
+    if steps is not None and 0 < steps < 1:  # transformers' ratio of the run's steps
+        if training.max_steps <= 0:
+            raise ConfigError(f"eval_steps={steps} is a fraction of max_steps, which is not set; give a step count")
+        steps = math.ceil(steps * training.max_steps)
+    if script.monitor_steps is None:
+        script.monitor_steps = int(steps)
+    if script.monitor_split is None:
+        try:
+            get_task(script.task, split="validation", seed=script.task_seed, **script.task_kwargs())
+            script.monitor_split = "validation"
+        except ConfigError:  # the task has no validation split
+            script.monitor_split = "test"
+    training.eval_strategy = IntervalStrategy.NO
+    training.do_eval = False
+    return (
+        f"eval_strategy=steps: held-out pass@k by the monitor on split {script.monitor_split!r} every "
+        f"{script.monitor_steps} steps (monitor_split, monitor_steps); transformers' own evaluation is off "
+        "(eval_strategy=no)"
+    )
 
 
 def check_monitor(script: Any, training: Any) -> None:
-    """Held-out evaluation while training is the monitor's (:mod:`rlvr_div.monitor`): TRL's ``eval_strategy``
-    (``rlvr-div train`` builds no eval_dataset, so transformers would refuse it after the load) points to it; a
-    ``monitor_*`` key set without ``monitor_split`` would not act; a ``monitor_split`` that reads the training data
-    (:func:`rlvr_div.tasks.data_source`) is not held out. (The number keys' ranges are in :data:`RANGES`; a split the
-    task does not have is refused by its builder, before the load.)"""
+    """Held-out evaluation while training is the monitor's (:mod:`rlvr_div.monitor`; TRL's ``eval_strategy`` is
+    translated into its keys first, :func:`eval_strategy_as_monitor`): a ``monitor_*`` key set without
+    ``monitor_split`` would not act, nor ``monitor_overtake_margin`` without ``monitor_stop_on_overtake``; a
+    ``monitor_split`` that reads the training data (:func:`rlvr_div.tasks.data_source`) is not held out. (The number
+    keys' ranges are in :data:`RANGES`; a split the task does not have is refused by its builder, before the load.)"""
     from rlvr_div.tasks import data_source
 
-    strategy = getattr(training.eval_strategy, "value", training.eval_strategy)
-    if strategy not in (None, "no"):
-        steps = training.eval_steps
-        every = int(steps) if isinstance(steps, (int, float)) and steps >= 1 else DEFAULT_MONITOR_STEPS
-        raise ConfigError(
-            f"eval_strategy={strategy} needs an eval_dataset, which rlvr-div train does not build; for held-out "
-            f"pass@k while training set monitor_split instead (e.g. --monitor_split test --monitor_steps {every}; "
-            "docs/recipes.md, 'Held-out pass@k while training')"
-        )
     if script.monitor_split is None:
         for f in dataclasses.fields(script):
             value = getattr(script, f.name)
@@ -187,6 +219,10 @@ def check_monitor(script: Any, training: Any) -> None:
                     "measure pass@k on while training, e.g. --monitor_split test)"
                 )
         return
+    if not script.monitor_stop_on_overtake and script.monitor_overtake_margin != 1:
+        raise ConfigError(
+            f"monitor_overtake_margin={script.monitor_overtake_margin} acts only with monitor_stop_on_overtake: true"
+        )
     options = script.task_kwargs()
     held_out = data_source(script.task, script.monitor_split, **options)
     if held_out == data_source(script.task, script.task_split, **options):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import sys
 import tempfile
@@ -125,6 +126,16 @@ class ScriptArguments:
     )
     monitor_max_new_tokens: int | None = field(
         default=None, metadata={"help": "Token cap of a monitor sample (default: max_completion_length)."}
+    )
+    monitor_stop_on_overtake: bool = field(
+        default=False,
+        metadata={
+            "help": "Stop the run (after saving a checkpoint) when the base overtakes the policy on the monitor's "
+            "problems: lost_vs_base - gained_vs_base >= monitor_overtake_margin."
+        },
+    )
+    monitor_overtake_margin: int = field(
+        default=1, metadata={"help": "Problems by which the base must lead to stop the run (monitor_stop_on_overtake)."}
     )
     overwrite_output_dir: bool = field(
         default=False,
@@ -457,6 +468,9 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     for plugin in plugins:  # the plug-ins' checks against task and rewards
         plugin.check_task(training, script.task, spec, rewards)
     check_entropy_bonus(training)
+    adopted = preflight.eval_strategy_as_monitor(script, training)
+    if adopted is not None:
+        logging.getLogger("rlvr_div.train").info("%s", adopted)
     preflight.check_monitor(script, training)
     # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
     check_model_settings(model, training)

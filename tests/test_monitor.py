@@ -1,12 +1,14 @@
 """The held-out pass@k monitor (rlvr_div/monitor.py): pass@k at step 0, every monitor_steps steps and at the end, in
 metrics.jsonl and monitor.jsonl; the same per-problem counts as `rlvr-div eval` on the base and on a checkpoint; the
-base counts read back on resume; one warning line each time problems lost to the base grow; bad keys and TRL's
-eval_strategy refused in one line before the model loads."""
+base counts read back on resume; one warning line each time problems lost to the base grow; TRL's eval_strategy
+turning it on; the training curve drawn at the end; the run stopped when the base overtakes the policy; bad keys
+refused in one line before the model loads."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +16,7 @@ import pytest
 from train_checks import assert_train_refuses
 
 from rlvr_div.cli import main as cli_main
-from rlvr_div.monitor import MONITOR_FILE, PassAtKMonitor, lost_warning, monitor_metrics
+from rlvr_div.monitor import CURVE_FILE, MONITOR_FILE, PassAtKMonitor, lost_warning, monitor_metrics
 from rlvr_div.sampling import SamplingConfig
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.yaml")
@@ -26,9 +28,9 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def _train(out: Path, *extra: str) -> None:
+def _train(out: Path, *extra: str, monitor: list[str] = MONITOR) -> None:
     args = ["train", "--config", RECIPE, "--output_dir", str(out), "--disable_tqdm", "true",
-            "--per_device_train_batch_size", "32", "--save_steps", "3", "--threads", "1", *MONITOR, *extra]  # fmt: skip
+            "--per_device_train_batch_size", "32", "--save_steps", "3", "--threads", "1", *monitor, *extra]  # fmt: skip
     assert cli_main(args) == 0
 
 
@@ -114,6 +116,52 @@ def test_one_warning_line_each_time_lost_grows(tmp_path, caplog):
     assert lost_warning(7, 3, [0, 0], [0, 0], 0) is None  # nothing to lose
 
 
+def test_the_run_draws_its_training_curve(run):
+    curve = run["out"] / CURVE_FILE
+    assert curve.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_strategy_steps_turns_the_monitor_on(tmp_path, caplog):
+    """TRL's --eval_strategy steps --eval_steps 2: the monitor measures on the task's validation split every 2 steps,
+    and transformers' Trainer does not run its own evaluate() (which would need an eval_dataset)."""
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="rlvr_div.train"):
+        _train(out, "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2",
+               monitor=["--monitor_size", "4", "--monitor_n", "2"])  # fmt: skip
+    records = _lines(out / MONITOR_FILE)
+    assert [r["step"] for r in records] == [0, 2]
+    assert {r["settings"]["split"] for r in records} == {"validation"}
+    assert any(m["step"] == 2 and "monitor/pass@1" in m for m in _lines(out / "metrics.jsonl"))
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("eval_strategy=steps")]
+    assert "split 'validation' every 2 steps" in line and "eval_strategy=no" in line
+    assert (out / CURVE_FILE).exists()
+
+
+def test_stop_on_overtake_warns_once_and_stops_after_saving(tmp_path, caplog):
+    """A forged base that solves every problem: the first measurement that loses one stops the run after saving."""
+    from transformers import TrainerControl
+
+    dataset = {"prompt": ["a", "b", "c"], "answer": ["1", "2", "3"]}
+    reward = SimpleNamespace(name="fake", columns=("answer",), settings=lambda: {})
+    trainer = SimpleNamespace(_metrics={"train": defaultdict(list)})
+    monitor = PassAtKMonitor(trainer, dataset, reward, SamplingConfig(n=2), every=1, path=tmp_path / MONITOR_FILE,
+                             stop_on_overtake=True, overtake_margin=2)  # fmt: skip
+    monitor.counts = lambda: [2, 2, 2]
+    monitor.measure(SimpleNamespace(global_step=0, is_world_process_zero=True))  # the forged base
+    stops = []
+    for step, counts in enumerate([[2, 2, 2], [0, 2, 2], [0, 0, 2]], start=1):
+        monitor.counts = lambda counts=counts: counts
+        control = TrainerControl()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rlvr_div.monitor"):
+            monitor.on_step_end(None, SimpleNamespace(global_step=step, max_steps=9, is_world_process_zero=True),
+                                control)  # fmt: skip
+        overtook = [r.getMessage() for r in caplog.records if "overtook" in r.getMessage()]
+        stops.append((control.should_training_stop, control.should_save, len(overtook)))
+    assert stops == [(False, False, 0), (False, False, 0), (True, True, 1)]  # lost 1 < margin 2, then lost 2
+    assert "lost 2, gained 0, margin 2" in overtook[0]
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -125,12 +173,11 @@ def test_one_warning_line_each_time_lost_grows(tmp_path, caplog):
         (["--monitor_steps", "5"], "monitor_steps=5 acts only with monitor_split"),
         (["--monitor_split", "train"], ("monitor_split=train reads the training data", "not held out")),
         (["--monitor_split", "nope"], "task 'arith' has splits"),
+        (["--monitor_stop_on_overtake", "true"], "monitor_stop_on_overtake=True acts only with monitor_split"),
+        (["--monitor_split", "test", "--monitor_overtake_margin", "2"], "acts only with monitor_stop_on_overtake"),
+        (["--monitor_split", "test", "--monitor_overtake_margin", "0"], "monitor_overtake_margin=0 is out of range"),
+        (["--eval_strategy", "epoch"], "eval_strategy=epoch is not supported"),
     ],
 )
 def test_bad_monitor_keys_are_one_line_before_the_model_loads(extra, message, capsys, no_model_loads, tmp_path):
     assert_train_refuses(RECIPE, extra, message, capsys, tmp_path / "out")
-
-
-def test_eval_strategy_without_an_eval_dataset_points_to_the_monitor(capsys, no_model_loads, tmp_path):
-    message = ("eval_strategy=steps needs an eval_dataset", "--monitor_split test --monitor_steps 10")
-    assert_train_refuses(RECIPE, ["--eval_strategy", "steps", "--eval_steps", "10"], message, capsys, tmp_path / "o")
