@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write each model's samples in lm-eval's --log_samples schema (NAME/samples_lm_eval.jsonl)",
     )
-    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars, no math-verify timeout lines")
     return ap
 
 
@@ -177,8 +177,14 @@ def _prepare(args: argparse.Namespace) -> Any:
 def _evaluate(args: argparse.Namespace, job: Any) -> int:
     """Sample or score, report; ``--output-dir``'s lock is held."""
     from eval.runner import run
+    from rlvr_div.rewards.math import set_quiet
 
-    results = run(job, progress=not args.quiet, lm_eval_log=args.lm_eval_log)
+    was_quiet = set_quiet(True) if args.quiet else None  # --quiet: no math-verify timeout lines either
+    try:
+        results = run(job, progress=not args.quiet, lm_eval_log=args.lm_eval_log)
+    finally:
+        if was_quiet is not None:
+            set_quiet(was_quiet)
     for name, res in results.items():
         pk = res["metrics"]["pass_at_k"]
         shown = ", ".join(f"pass@{k}={v:.3f}" for k, v in pk.items())

@@ -19,7 +19,7 @@ from rlvr_div.errors import ConfigError
 COMMAND_GROUP = "rlvr_div.commands"
 _HELP = {
     "train": "train with a recipe (TRL GRPO or a divergence trainer)",
-    "list": "list registered tasks, rewards, divergences and trainers",
+    "list": "list registered tasks, rewards, divergences, trainers and methods (plug-ins)",
     "eval": "pass@k evaluation of one or more models",
     "rehearse": "DPH-RL offline stage: build the rehearsal set",
     "calibrate": "beta <-> validity calibration of the KL-regularised optimum",
@@ -27,7 +27,7 @@ _HELP = {
     "demo": "the whole story on the tiny model",
     "collapse": "the collapse benchmark: methods x seeds x tasks, exact distances to p*, the beta sweep",
     "beta-study": "the beta question to convergence: arms x beta x seeds against the optimum p_beta",
-    "build-tiny": "build (or locate) a built-in tiny base model (tiny, tiny2)",
+    "build-tiny": "build (or locate) a built-in tiny base model ({tiny_bases})",
     "merge": "merge a LoRA adapter into its base and save the full model",
 }
 
@@ -49,10 +49,33 @@ def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -
         return 130
 
 
+def _help(name: str) -> str:
+    """The one-line help of a command; ``{tiny_bases}`` is filled from :data:`rlvr_div.tiny_base.TINY_BASES`, so the
+    list of named bases cannot drift from the registry."""
+    text = _HELP.get(name, "")
+    if "{tiny_bases}" in text:
+        from rlvr_div.tiny_base import TINY_BASES
+
+        text = text.replace("{tiny_bases}", ", ".join(TINY_BASES))
+    return text
+
+
 def _usage(cmds: dict) -> str:
     lines = ["usage: rlvr-div COMMAND [ARGS ...]", "", "commands:"]
-    lines += [f"  {name:<11} {_HELP.get(name, '')}" for name in sorted(cmds)]
+    lines += [f"  {name:<11} {_help(name)}" for name in sorted(cmds)]
     return "\n".join(lines)
+
+
+def _plugin_lines() -> list[str]:
+    """``rlvr-div list``'s methods: each plug-in of :mod:`rlvr_div.trainers` (found as the trainer finds them,
+    :func:`rlvr_div.trainers.plugin.plugin_classes`) with the recipe keys that select it."""
+    from rlvr_div.trainers.plugin import plugin_classes
+
+    rows = []
+    for cls in plugin_classes():
+        how = cls.selected_by or (f"keys: {', '.join(cls.switches)}" if cls.switches else "always on")
+        rows.append((cls.name, how))
+    return [f"  {name:<24} {how}" for name, how in sorted(rows)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def list_main(argv: list[str] | None = None) -> int:
-    """Print registered tasks, rewards, divergences and trainers."""
+    """Print registered tasks, rewards, divergences, trainers and methods (the trainers' plug-ins, with the recipe
+    keys that select each)."""
     import argparse
     import importlib
 
@@ -100,6 +124,13 @@ def list_main(argv: list[str] | None = None) -> int:
         print(f"{title}:")
         for name in names:
             print(f"  {name}")
+    try:
+        methods = _plugin_lines()
+    except ModuleNotFoundError:  # an installation without the training extras
+        return 0
+    print("methods (plug-ins; selected by):")
+    for line in methods:
+        print(line)
     return 0
 
 
@@ -111,8 +142,12 @@ def build_tiny_main(argv: list[str] | None = None) -> int:
 
     from rlvr_div.tiny_base import TINY_BASES, TINY_NAME, compare_with_shipped, ship_tiny, tiny_model_path
 
-    parser = argparse.ArgumentParser(prog="rlvr-div build-tiny", description=build_tiny_main.__doc__)
-    parser.add_argument("name", nargs="?", default=TINY_NAME, choices=sorted(TINY_BASES), help="which named base")
+    parser = argparse.ArgumentParser(
+        prog="rlvr-div build-tiny", description=f"{_help('build-tiny')}. {build_tiny_main.__doc__}"
+    )
+    parser.add_argument(
+        "name", nargs="?", default=TINY_NAME, choices=list(TINY_BASES), help=f"which named base (default {TINY_NAME})"
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--rebuild", metavar="DIR", help="build the base by its recipe into DIR and compare")
     what.add_argument("--ship", action="store_true", help="rebuild the shipped copy and record its sha256")

@@ -23,6 +23,10 @@ metrics count them as ``rewards/math_accuracy/over_budget`` (TRL's ``log_metric`
 by (gold, extracted answer), so the duplicate answers of a collapsed policy are verified once; answers stopped by
 the budget are not cached, and a later batch verifies them.
 
+math-verify's own log lines (``Timeout during parsing: <the whole input>``, from its ``math_verify.*`` loggers, in
+the workers) are cut to one line of at most :data:`MAX_LOGGED_CHARS` characters of the input, and dropped altogether
+after :func:`set_quiet` (``rlvr-div eval --quiet``).
+
 ``math_format`` (no columns): 1 when the completion has a non-empty, balanced ``\\boxed{…}`` of at most
 ``max_answer_chars`` characters, else 0.
 """
@@ -56,6 +60,43 @@ EXTRACTS = ("boxed", "answer_is", "gsm8k")
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
 _GSM8K_MARKS = re.compile(r"the answer is|####", re.IGNORECASE)
 _LEADING_NUMBER = re.compile(r"[\s:=$]*(-?\d[\d,]*(?:\.\d+)?)")
+MAX_LOGGED_CHARS = 80  # of a hostile input echoed by one of math-verify's log lines
+# math-verify's loggers (a filter on a logger does not see its children's records, so each gets one)
+MATH_VERIFY_LOGGERS = ("math_verify", "math_verify.parser", "math_verify.grader", "math_verify.metric",
+                       "math_verify.utils", "math_verify.tasks")  # fmt: skip
+_quiet = False  # this process's math-verify lines are dropped (set_quiet; carried to the workers by the pool)
+
+
+class _ShortMathVerifyLines(logging.Filter):
+    """math-verify's log lines, cut to one line that echoes at most :data:`MAX_LOGGED_CHARS` characters of its input
+    (its timeout lines quote the whole input, a hostile answer of any length); none after :func:`set_quiet`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _quiet and record.levelno < logging.ERROR:
+            return False
+        message = record.getMessage()
+        head, sep, tail = message.partition(": ")
+        if not sep or len(head) > MAX_LOGGED_CHARS:
+            head, tail = "", message
+        tail = tail.replace("\r", "\\r").replace("\n", "\\n")
+        if len(tail) > MAX_LOGGED_CHARS:
+            tail = f"{tail[:MAX_LOGGED_CHARS]}... ({len(tail)} characters)"
+        record.msg, record.args = f"{head}{sep}{tail}", ()
+        return True
+
+
+_SHORT_LINES = _ShortMathVerifyLines()
+for _name in MATH_VERIFY_LOGGERS:
+    if _SHORT_LINES not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_SHORT_LINES)
+
+
+def set_quiet(quiet: bool = True) -> bool:
+    """Drop math-verify's warnings (its timeout lines) in this process and in the workers of every math_accuracy
+    pool used afterwards (``rlvr-div eval --quiet``); returns the previous setting."""
+    global _quiet
+    was, _quiet = _quiet, bool(quiet)
+    return was
 
 
 def _clean(answer: str) -> str | None:
@@ -189,7 +230,9 @@ def warm_up() -> None:
         verify_answer(gold, answer, 5)
 
 
-def _verify_item(timeout: int, item: tuple[str, str | None]) -> float | None:
+def _verify_item(timeout: int, item: tuple[str, str | None], quiet: bool = False) -> float | None:
+    global _quiet
+    _quiet = quiet  # the parent's set_quiet, in this worker
     return verify_answer(item[0], item[1], timeout)
 
 
@@ -265,10 +308,14 @@ class MathAccuracy(Reward):
 
     @property
     def pool(self) -> DeadlinePool:
-        """The worker pool (started on first use)."""
+        """The worker pool (started on first use, and again when :func:`set_quiet` changed since)."""
+        if self._pool is not None and getattr(self, "_pool_quiet", _quiet) != _quiet:
+            self._pool.close()
+            self._pool = None
         if self._pool is None:
             inner = max(1, int(0.6 * self.deadline))  # math-verify's own alarm: a cheaper first line of defence
-            func = partial(_verify_item, inner)
+            func = partial(_verify_item, inner, quiet=_quiet)
+            self._pool_quiet = _quiet
             self._pool = DeadlinePool(func, workers=self.workers, deadline=self.deadline, memory_mb=self.memory_mb)
         return self._pool
 
