@@ -9,7 +9,10 @@ Then the stages, one at a time, each an ``rlvr-div`` command (a subprocess by de
    ``eval/filter``); the problems it solves at least once are kept (``train_filter.json``: their positions in the
    split's order) and every arm trains on them only (the task's ``indices`` option); the test set is never filtered;
 2. the base on the held-out split (``eval/base``, ``n_end`` samples on the first ``limit`` problems), on the OOD set
-   (``eval/base_ood``) and under each other sampling protocol (``eval/base_<name>``); ``base.json``;
+   (``eval/base_ood``) and under each other sampling protocol (``eval/base_<name>``); ``base.json``.
+   ``train_filter.json`` and ``base.json`` record the settings they were sampled with and are reused while those
+   match, also without ``eval/`` (the samples are not committed; a study continued on another machine, where
+   sampling the base again could keep another pool, keeps the committed one);
 3. per run (arm, seed), in the config's order, every arm of seed s before seed s + 1: the DPH-RL offline stage once
    per arm that needs it (``rehearsal/<arm>``), ``rlvr-div train`` into ``runs/<arm>/seed<s>`` with a checkpoint
    every ``path_every`` steps (all kept), resumed with ``--resume_from_checkpoint true`` from its last complete
@@ -104,13 +107,18 @@ class Driver:
         """One evaluation stage (``where/stage``, the model named ``name``), skipped when finished with these
         settings; the per-problem counts of its samples."""
         out_dir = where / "eval" / stage
-        expected = {"task": task, "split": split, "task_options": options, "limit": limit, "n": n,
-                    "seed": self.study.eval.seed, **sampling}  # fmt: skip
+        expected = self._settings(task, options, split, limit, n, sampling)
         if not eval_done(out_dir, name, expected):
             argv = self._eval_argv(f"{name}={model_path}", out_dir, task, options, split, limit, n, sampling, gguf)
             with timing.stage(stage):
                 self.executor("eval", argv, where / "logs" / f"{stage}.log")
         return problem_counts(out_dir / name / SAMPLES_FILE)
+
+    def _settings(self, task: str, options: dict[str, Any], split: str, limit: int | None, n: int,
+                  sampling: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+        """What an evaluation must have been run with to be reused (its ``results.json`` config)."""
+        return {"task": task, "split": split, "task_options": options, "limit": limit, "n": n,
+                "seed": self.study.eval.seed, **sampling}  # fmt: skip
 
     def _held_out(self) -> dict[str, Any]:
         e = self.study.eval
@@ -147,22 +155,37 @@ class Driver:
                     "top_p": f.top_p if f.top_p is not None else common.get("top_p", 1.0),
                     "max_new_tokens": f.max_new_tokens or common.get("max_completion_length")}  # fmt: skip
         sampling = {k: float(v) if k != "max_new_tokens" else int(v) for k, v in sampling.items()}
+        options, split = dict(self.study.task_options), self.study.train_split
+        settings = self._settings(self.study.task, options, split, f.limit, f.n, sampling)
+        done = _read_json(self.out / FILTER)
+        if done is not None and done.get("settings") == settings:
+            return done["kept"]  # committed with the results: another machine reuses it, not samples it again
         timing = Timing(self.out / TIMING)
         counts = self.evaluate("filter", self.out, BASE_NAME, self._base_model(), timing, task=self.study.task,
-                               options=dict(self.study.task_options), split=self.study.train_split, limit=f.limit,
-                               n=f.n, sampling=sampling, gguf=True)  # fmt: skip
+                               options=options, split=split, limit=f.limit, n=f.n, sampling=sampling,
+                               gguf=True)  # fmt: skip
         kept = [i for i, c in enumerate(counts["c"]) if c > 0]
         if not kept:
             raise ConfigError(f"the base solves none of the {counts['problems']} training problems in {f.n} samples: "
                               "no training pool is left after train.filter")  # fmt: skip
         write_json(self.out / FILTER, {"n": f.n, "sampling": sampling, "problems": counts["problems"],
                                        "kept": kept, "kept_count": len(kept),
-                                       "base_pass_at_1": sum(counts["c"]) / (f.n * counts["problems"])})  # fmt: skip
+                                       "base_pass_at_1": sum(counts["c"]) / (f.n * counts["problems"]),
+                                       "settings": settings})  # fmt: skip
         return kept
 
     def base(self) -> dict[str, Any]:
         """The base on the held-out split (``n_end``) and the OOD set, once (``base.json``)."""
         e, held, ood = self.study.eval, self._held_out(), self._ood()
+        settings = {"base": self._settings(held["task"], held["options"], held["split"], e.limit, e.n_end,
+                                           held["sampling"]),
+                    "base_ood": None if ood is None else self._settings(ood["task"], ood["options"], ood["split"],
+                                                                        ood["limit"], ood["n"], ood["sampling"]),
+                    "protocols": {q.name: self._settings(held["task"], held["options"], held["split"], e.limit,
+                                                         e.n_end, self._protocol(q)) for q in e.protocols}}  # fmt: skip
+        done = _read_json(self.out / BASE)
+        if done is not None and done.get("settings") == settings:
+            return done  # committed with the results: another machine reuses it, not samples it again
         timing = Timing(self.out / TIMING)
         test = self.evaluate("base", self.out, BASE_NAME, self._base_model(), timing, task=held["task"],
                              options=held["options"], split=held["split"], limit=e.limit, n=e.n_end,
@@ -176,7 +199,7 @@ class Driver:
                                            task=held["task"], options=held["options"], split=held["split"],
                                            limit=e.limit, n=e.n_end, sampling=self._protocol(q), gguf=True)
                      for q in e.protocols}  # fmt: skip
-        base = {"test": test, "ood": out_of, "protocols": protocols,
+        base = {"test": test, "ood": out_of, "protocols": protocols, "settings": settings,
                 "path_problems": min(e.path_limit or test["problems"], test["problems"])}  # fmt: skip
         write_json(self.out / BASE, base)
         return base

@@ -273,6 +273,10 @@ def test_stages_run_in_order_with_the_filtered_pool(tmp_path: Path, no_preflight
     assert result["path"][1]["n"] == 2 and len(result["end"]["c"]) == 4 and result["train_reward"][0] == [2, 0.5]
     again = FakeRlvr()
     assert Driver(study, tmp_path / "out", again).run() == 0 and again.calls == []  # all done: nothing runs
+    shutil.rmtree(tmp_path / "out" / "eval")  # another machine: only the committed files (the samples are ignored)
+    assert Driver(study, tmp_path / "out", again).run() == 0 and again.calls == []  # the filter and base reused
+    settings = json.loads((tmp_path / "out" / "train_filter.json").read_text())["settings"]
+    assert settings["n"] == 2 and settings["split"] == "train"
 
 
 @pytest.mark.parametrize("kill_at", [3, 5, 8, 13])  # in training, an end evaluation, DPH's training, a path point
