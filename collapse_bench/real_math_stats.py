@@ -14,13 +14,13 @@ and since the two models' samples are independent, b̂_x(1 − m̂_x) is unbiase
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from collapse_bench.stats import mean_ci
+from collapse_bench.stats import sign_flip_p as stats_sign_flip_p
 from eval.estimators import pass_at_k
 
 
@@ -68,18 +68,12 @@ def hierarchical_interval(values: np.ndarray, reps: int = 2000, level: float = 0
 
 
 def sign_flip_p(differences: Sequence[float]) -> dict[str, Any]:
-    """Exact two-sided sign-flip permutation test of H0: the paired differences are symmetric about 0. p = the share
-    of the 2^n sign vectors whose |mean| is at least the observed one; ``smallest``: the least p the design allows
-    (2/2^n: the observed signs and their mirror)."""
-    d = np.asarray(differences, float)
-    n = len(d)
+    """:func:`collapse_bench.stats.sign_flip_p` (the exact two-sided sign-flip test of paired differences) with the
+    least p the design allows, ``smallest`` = 2/2^n (the observed signs and their mirror), and n."""
+    n = len(differences)
     if n == 0:
         return {"p": None, "smallest": None, "n": 0}
-    observed = abs(d.mean())
-    flips = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    means = np.abs(flips @ d) / n
-    p = float(np.mean(means >= observed - 1e-12))
-    return {"p": p, "smallest": 2.0 / 2**n, "n": n}
+    return {"p": stats_sign_flip_p(differences), "smallest": 2.0 / 2**n, "n": n}
 
 
 def matched_paths(runs: Mapping[int, Mapping[str, Any]], base: Mapping[str, Any], metric: str,

@@ -92,7 +92,7 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
     return out
 
 
-SIGN_FLIP_MAX = 20  # 2^20 sign vectors: exact enumeration stays under a second
+SIGN_FLIP_MAX = 20  # 2^20 sign vectors: exact enumeration takes a few seconds
 
 
 def sign_flip_p(differences: Sequence[float]) -> float | None:
