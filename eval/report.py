@@ -61,7 +61,7 @@ def overtake_sentence(name: str, base: str, vs: Mapping[str, Any], n: int) -> st
     )
 
 
-def _how_made(name: str, config: Mapping[str, Any], header_settings: Any = None) -> str:
+def _how_made(name: str, config: Mapping[str, Any], header_settings: Mapping[str, Any]) -> str:
     """One line per model: sampled here (with its settings) or scored from a sample log (and how it was sampled,
     when that log says; and its reward settings when they are not the header's: a GSM8K-style log's own)."""
     if "scored_from" in config:
@@ -84,7 +84,7 @@ def _how_made(name: str, config: Mapping[str, Any], header_settings: Any = None)
             f"{config['seed']}, backend {config['backend']}"
         )
     own = config.get("reward_settings") or {}
-    if header_settings is not None and own != header_settings:
+    if own != header_settings:
         line += f"; scored with reward settings `{json.dumps(own, sort_keys=True)}`"
     return line + "."
 

@@ -349,9 +349,10 @@ def prepare(
         s.sampling()  # validates n, temperature, top_p, …
         if s.threads is not None and s.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
-        if dataset is not None and any(r.name == ref_name for r in refs):  # a model to sample: can it be held?
+        sampled = any(r.name == ref_name for r in refs)
+        if dataset is not None and sampled:  # a model to sample: can it be held?
             check_sampling_memory(s, len(dataset) if limit is None else min(limit, len(dataset)))
-        if not fresh and any(r.name == ref_name for r in refs):
+        if not fresh and sampled:
             check_resume(out / ref_name, s)
         elif not fresh:
             check_not_sampled(out / ref_name, ref_name)

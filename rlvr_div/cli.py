@@ -126,7 +126,7 @@ def list_main(argv: list[str] | None = None) -> int:
             print(f"  {name}")
     try:
         methods = _plugin_lines()
-    except ModuleNotFoundError:  # an installation without the training extras
+    except ModuleNotFoundError:  # trl or a plug-in's dependency missing: the methods are left out
         return 0
     print("methods (plug-ins; selected by):")
     for line in methods:

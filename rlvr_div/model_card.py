@@ -18,7 +18,6 @@ from typing import Any
 
 CARD_FILE = "README.md"
 _BASE_LINE = re.compile(r"fine-tuned version of \[[^\]\n]*\]\([^)\n]*\)")
-_NO_MODEL = re.compile(r'model="None"')
 
 
 def is_hub_id(reference: str) -> bool:
@@ -59,7 +58,7 @@ def rewrite_card(path: str | Path, reference: str, gguf_file: str | None = None,
     card.data.base_model = reference if is_hub_id(reference) and not gguf_file else None
     text = _BASE_LINE.sub(lambda _: "fine-tuned version of " + base_description(reference, gguf_file), card.text)
     if model_dir is not None:
-        text = _NO_MODEL.sub(lambda _: f'model="{model_dir}"', text)
+        text = text.replace('model="None"', f'model="{model_dir}"')
     card.text = text
     card.save(path)
 

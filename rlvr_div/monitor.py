@@ -118,8 +118,8 @@ def draw_training_curve(record: str | os.PathLike, path: str | os.PathLike) -> P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = records[-1]["n"]
-    records = [r for r in records if r["n"] == n and len(r["c"]) == len(records[-1]["c"])]
+    n = records[-1]["n"]  # the records made with the last one's settings (a resume with others starts a new base)
+    records = [r for r in records if r.get("settings") == records[-1].get("settings") and r["n"] == n]
     steps = [r["step"] for r in records]
     p1 = [float(pass_at_k([n] * len(r["c"]), r["c"], [1])[:, 0].mean()) for r in records]
     pn = [sum(c > 0 for c in r["c"]) / len(r["c"]) for r in records]

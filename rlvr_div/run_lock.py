@@ -139,16 +139,15 @@ def check_writable(directory: str | os.PathLike, flag: str) -> None:
 
 
 def _unwritable(directory: Path) -> str | None:
-    """Why a file cannot be written in ``directory`` (None: it can): the permission bits first, then a probe file
-    created and removed (a read-only file system, a full disk's inode table, an ACL, root on a read-only mount)."""
-    denied = not os.access(directory, os.W_OK | os.X_OK)
+    """Why a file cannot be written in ``directory`` (None: it can): a probe file created and removed (permissions, a
+    read-only file system, a full disk's inode table, an ACL, root on a read-only mount)."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".rlvr-div-write-probe-", dir=directory)
     except OSError as e:
         return e.strerror or str(e)
     os.close(fd)
-    os.unlink(probe)
-    return "permission denied" if denied else None
+    Path(probe).unlink(missing_ok=True)  # a holder's --fresh may have cleared it already
+    return None
 
 
 def _same_file(lock: Any, path: Path) -> bool | None:
@@ -190,7 +189,7 @@ def clear_directory(directory: str | os.PathLike) -> None:
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
-            entry.unlink()
+            entry.unlink(missing_ok=True)  # a writer's probe file (check_writable) may be gone already
 
 
 def _acquire(path: Path) -> Any:

@@ -369,7 +369,7 @@ class HFSampler:
         cache.batch_select_indices(local.to(device))
         mask = mask[local].to(device)
         position = mask.sum(-1)  # the next token's position in each row
-        end_ids = torch.tensor(self.end_ids, device=device)
+        end_ids = torch.tensor(self.end_ids)  # the chosen tokens come back to the CPU each step
         record = record and cfg.temperature > 0
         steps = cfg.max_new_tokens
         tokens = torch.full((len(rows), steps), self.pad_id, dtype=torch.long)
@@ -385,7 +385,7 @@ class HFSampler:
             tokens[alive[live], t] = chosen[live]
             if lp is not None:
                 lps[alive[live], t] = lp.cpu()[live]
-            stops = live & torch.isin(chosen, end_ids.cpu())
+            stops = live & torch.isin(chosen, end_ids)
             lengths[alive[stops]] = t + 1
             ended |= stops
             if bool(ended.all()) or t == steps - 1:

@@ -243,7 +243,7 @@ def test_os_abort_as_a_reward_is_one_line_not_an_abort():
 def test_an_impossible_n_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys, no_model_loads):
     """``--n 100000000 --limit 1`` would draw 204.8 GB of uniforms after config.json was written with that n (so a
     rerun with a sane n was refused until --fresh); now one line, and nothing is written."""
-    monkeypatch.setattr("eval.settings.available_memory", lambda: 8 * 2**30, raising=False)
+    monkeypatch.setattr("eval.settings.available_memory", lambda: 8 * 2**30)
     out = tmp_path / "eval"
     args = ["eval", "--model", "base=tiny", "--task", "arith", "--limit", "1", "--quiet", "--output-dir", str(out)]
     assert cli_main([*args, "--n", "100000000"]) == 2

@@ -146,8 +146,9 @@ def check_numbers(name: str, target: Any, settings: dict[str, Any]) -> None:
     (annotated ``int``/``float``, optionally ``| None``, or unannotated with a number default) but that is given as
     anything else, infinity or NaN: ``--reward-arg deadline=nan`` is the text ``"nan"``, which the reward would
     otherwise compare with a number and fail on in a line that names no setting."""
+    params = _parameters(target)
     for key, value in settings.items():
-        kind = _number_kind(target, key)
+        kind = _number_kind(params, key)
         if kind is None or (value is None and kind[1]):
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -179,9 +180,10 @@ def _parameters(target: Any) -> dict[str, tuple[inspect.Parameter, Any]]:
     return out
 
 
-def _number_kind(target: Any, key: str) -> tuple[type, bool] | None:
-    """(int or float, whether None is allowed) when ``target`` takes setting ``key`` as a number, else None."""
-    found = _parameters(target).get(key)
+def _number_kind(params: dict[str, tuple[inspect.Parameter, Any]], key: str) -> tuple[type, bool] | None:
+    """(int or float, whether None is allowed) when the reward's parameters ``params`` (:func:`_parameters`) take
+    setting ``key`` as a number, else None."""
+    found = params.get(key)
     if found is None:
         return None
     param, hint = found

@@ -58,7 +58,8 @@ _SPACES = re.compile(r"\s+")
 FALLBACKS = ("none", "last_number")
 EXTRACTS = ("boxed", "answer_is", "gsm8k")
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE)
-_GSM8K_MARKS = re.compile(r"the answer is|####", re.IGNORECASE)
+GSM8K_MARK = "####"  # GSM8K's worked solutions end with "#### <answer>"
+_GSM8K_MARKS = re.compile(r"the answer is|" + re.escape(GSM8K_MARK), re.IGNORECASE)
 _LEADING_NUMBER = re.compile(r"[\s:=$]*(-?\d[\d,]*(?:\.\d+)?)")
 MAX_LOGGED_CHARS = 80  # of a hostile input echoed by one of math-verify's log lines
 # math-verify's loggers (a filter on a logger does not see its children's records, so each gets one)
@@ -167,9 +168,6 @@ def gold_text(gold: Any) -> str:
     if isinstance(gold, float) and gold.is_integer():
         return str(int(gold))
     return str(gold).strip().strip("$").strip()
-
-
-GSM8K_MARK = "####"  # GSM8K's worked solutions end with "#### <answer>"
 
 
 def gsm8k_answer(solution: str) -> str:
@@ -309,13 +307,12 @@ class MathAccuracy(Reward):
     @property
     def pool(self) -> DeadlinePool:
         """The worker pool (started on first use, and again when :func:`set_quiet` changed since)."""
-        if self._pool is not None and getattr(self, "_pool_quiet", _quiet) != _quiet:
+        if self._pool is not None and self._pool.func.keywords["quiet"] != _quiet:
             self._pool.close()
             self._pool = None
         if self._pool is None:
             inner = max(1, int(0.6 * self.deadline))  # math-verify's own alarm: a cheaper first line of defence
             func = partial(_verify_item, inner, quiet=_quiet)
-            self._pool_quiet = _quiet
             self._pool = DeadlinePool(func, workers=self.workers, deadline=self.deadline, memory_mb=self.memory_mb)
         return self._pool
 
