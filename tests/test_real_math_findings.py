@@ -1,0 +1,99 @@
+"""What docs/real_math.md and the README say of the real-math study, checked against its committed per-run files
+(``base.json``, ``runs/*/seed*/result.json``): recomputed here from the per-problem counts, not read off the report."""
+
+from __future__ import annotations
+
+import json
+import re
+from math import comb
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "bench" / "results" / "real_math" / "smollm2"
+DOCS = ROOT / "docs" / "real_math.md"
+
+
+def _pass(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem: 1 − C(n−c, k) / C(n, k)."""
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def _mean_pass(point: dict, k: int) -> float:
+    return sum(_pass(point["n"], c, k) for c in point["c"]) / len(point["c"])
+
+
+def _grpo_seed1() -> tuple[dict, dict]:
+    path = STUDY / "runs" / "grpo" / "seed1" / "result.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is not committed")
+    return json.loads((STUDY / "base.json").read_text()), json.loads(path.read_text())
+
+
+def _words() -> str:
+    return " ".join((DOCS.read_text() + (ROOT / "README.md").read_text()).split())
+
+
+def test_grpo_seed1_raises_pass_at_1_and_lowers_pass_at_32_after_a_rise():
+    base, run = _grpo_seed1()
+    path = {p["step"]: p for p in run["path"]}
+    assert sorted(path) == [0, 20, 40, 60] and all(p["n"] == 32 and len(p["c"]) == 100 for p in path.values())
+    assert path[0]["c"] == base["test"]["c"]  # step 0 is the base
+    pass1 = [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)]
+    pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
+    assert pass1 == [0.017, 0.026, 0.053, 0.085]
+    assert pass32 == [0.33, 0.4, 0.34, 0.29]
+    assert pass1 == sorted(pass1) and max(pass32) == pass32[1] and pass32[-1] < pass32[0]  # "rose, then fell below"
+    words = _words()
+    assert "held-out pass@1 from 0.017 to 0.085 and lowered pass@32 from 0.330 to 0.290" in words
+    assert "| pass@32 | 0.330 | 0.400 | 0.340 | 0.290 |" in words
+
+
+def test_grpo_seed1_lost_and_gained_against_the_base():
+    """lost@k = Σ pass_base@k · (1 − pass_run@k), gained@k the reverse; they cross between k = 8 and k = 32."""
+    base, run = _grpo_seed1()
+    b, e = base["test"], run["end"]
+
+    def lost_gained(k: int) -> tuple[float, float]:
+        pb = [_pass(b["n"], c, k) for c in b["c"]]
+        pr = [_pass(e["n"], c, k) for c in e["c"]]
+        return sum(x * (1 - y) for x, y in zip(pb, pr)), sum((1 - x) * y for x, y in zip(pb, pr))
+
+    lost = {k: round(lost_gained(k)[0], 2) for k in (1, 8, 32)}
+    gained = {k: round(lost_gained(k)[1], 2) for k in (1, 8, 32)}
+    assert lost == {1: 1.35, 8: 6.4, 32: 15.0} and gained == {1: 8.1, 8: 16.44, 32: 11.0}
+    assert gained[8] > lost[8] and lost[32] > gained[32]
+    words = _words()
+    assert "15.0 lost [9.0, 22.0], 11.0 gained [5.0, 17.0]" in words
+    assert "(15.0 problems lost, 11.0 gained at k = 32" in words
+
+
+def test_grpo_seed1_training_reward_and_cost_as_said():
+    _, run = _grpo_seed1()
+    rewards = [r for _, r in run["train_reward"]]
+    thirds = [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)]
+    assert len(rewards) == 60 and thirds == [0.083, 0.178, 0.356]
+    timing = json.loads((STUDY / "runs" / "grpo" / "seed1" / "timing.json").read_text())["stages"]
+    train = timing["train"]["seconds"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(train), round(evals), round(train / 60, 1)) == (5552, 1787, 92.5)
+    assert re.search(r"train 5,552 s \(92\.5 s/step\), evals 1,787 s", _words())
+
+
+def test_grpo_seed1_more_ways_to_write_a_correct_solution_shorter_completions_and_ood():
+    base, run = _grpo_seed1()
+
+    def per_solved(point: dict) -> float:
+        solved = [d for c, d in zip(point["c"], point["distinct_correct_completions"]) if c > 0]
+        return round(sum(solved) / len(solved), 2)
+
+    b, e = base["test"], run["end"]
+    assert (per_solved(b), per_solved(e)) == (1.45, 2.86)
+    assert (round(b["mean_completion_tokens"], 1), round(e["mean_completion_tokens"], 1)) == (38.7, 25.6)
+    assert (round(100 * b["truncated_fraction"], 1), round(100 * e["truncated_fraction"], 1)) == (17.0, 6.2)
+    ood_b, ood_e = base["ood"], run["ood"]
+    assert (round(_mean_pass(ood_b, 1), 4), round(_mean_pass(ood_e, 1), 4)) == (0.0075, 0.0325)
+    assert (round(_mean_pass(ood_b, 8), 2), round(_mean_pass(ood_e, 8), 2)) == (0.06, 0.16)
+    words = _words()
+    assert "(1.45 → 2.86 of 32 samples)" in words and "pass@1 0.0075 → 0.0325, pass@8 0.06 → 0.16" in words
