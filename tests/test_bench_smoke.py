@@ -26,6 +26,7 @@ def test_every_script_has_a_smoke_mode():
         "bench_dph_step.py",
         "bench_exact_measure.py",
         "bench_logprob_memory.py",
+        "bench_monitor_cost.py",
         "bench_real_lm_sampling.py",
         "bench_real_lm_step.py",
         "bench_rewards.py",
@@ -47,3 +48,17 @@ def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys, tmp_path):
         saved = json.loads(record.read_text())
         assert saved["command"].endswith("--smoke --json " + str(record)) and saved["commit"]
         assert set(saved["arms"]) == {"grpo", "alpha_dpg"}
+
+
+def test_monitor_cost_reads_step_and_measurement_times_from_one_runs_metrics(tmp_path):
+    bench = _load("bench_monitor_cost.py")
+    lines = [{"step": 0, "monitor/seconds": 2.0}, {"step": 1, "step_time": 9.0}, {"step": 2, "step_time": 1.0},
+             {"step": 2, "step_time": None, "monitor/seconds": 0.5}, {"step": 3, "step_time": 1.5},
+             {"step": 4, "step_time": 0.5, "monitor/seconds": 0.7}]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    steps, measurements = bench.read_times(tmp_path / "metrics.jsonl")
+    assert steps == [9.0, 1.0, 1.5, 0.5] and measurements == [(0, 2.0), (2, 0.5), (4, 0.7)]
+    cost = bench.round_cost(steps, measurements, every=2)  # the warm-up step and the base's measurement left out
+    assert cost == {"step_s": 1.0, "measurement_s": 0.6, "base_s": 2.0, "added": 0.3}
+    with pytest.raises(SystemExit, match="raise --steps"):
+        bench.round_cost(steps, [(0, 2.0)], every=2)
