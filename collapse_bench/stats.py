@@ -145,6 +145,18 @@ def holm(p_values: Mapping[Any, float | None], alpha: float = 0.05) -> dict[Any,
     return out
 
 
+def holm_adjusted(p_values: Mapping[Any, float]) -> dict[Any, float]:
+    """Holm's adjusted p-values over a family of m: with p_(1) <= ... <= p_(m), p̃_(i) = max_{j<=i} min(1, (m − j + 1)
+    · p_(j)); H_(i) is rejected at α by :func:`holm` exactly when p̃_(i) <= α."""
+    ordered = sorted(p_values.items(), key=lambda kv: kv[1])
+    out: dict[Any, float] = {}
+    running = 0.0
+    for i, (key, p) in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - i) * p))
+        out[key] = running
+    return out
+
+
 def holm_paired(family: Mapping[Any, dict[str, Any]], alpha: float = 0.05) -> int:
     """Paired t-test and Holm–Bonferroni over a family of paired differences (:func:`paired_difference`'s dicts):
     each gets ``p`` (:func:`paired_p_value`) and then ``holm`` (True: it survives at ``alpha``). Returns the number

@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collapse_bench.stats import holm_paired, mean_ci, paired_difference, paired_p_value, t_cdf, t_quantile
@@ -221,3 +222,38 @@ def test_an_end_past_a_bound_by_less_than_display_precision_is_not_clipped():
 
     assert pm({"mean": 1.0, "half": 1e-12, "lo": 1.0 - 1e-12, "hi": 1.0 + 1e-12}, 3, low=0, high=1) == "1.000 ± 0.000"
     assert pm({"mean": 0.004, "half": 0.01, "lo": -0.006, "hi": 0.014}, 2, low=0) == "0.00 [0.00, 0.01]"
+
+
+def test_holm_adjusted_p_rejects_exactly_what_holm_rejects():
+    from collapse_bench.stats import holm, holm_adjusted
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ps = {i: float(p) for i, p in enumerate(rng.uniform(0, 0.08, size=int(rng.integers(1, 9))))}
+        adjusted = holm_adjusted(ps)
+        assert {k: a <= 0.05 for k, a in adjusted.items()} == holm(ps, 0.05)
+    assert holm_adjusted({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+def test_pooled_holm_reads_a_block_as_one_family(tmp_path, capsys):
+    """Two settings of two tests each: each own family (m = 2) holds both at p 0.02, the pooled family (m = 4) holds
+    none; an unseparated row never holds."""
+    from collapse_bench.pooled_holm import block_rows, main, pooled
+
+    def row(p: float, separated: bool = True) -> dict:
+        return {"mean": -3.0, "lo": -5.0, "hi": -1.0 if separated else 1.0, "n": 3, "p": p, "separated": separated,
+                "claimed": separated and p <= 0.025}  # fmt: skip
+
+    for name, rows in {"a": {"x": row(0.02), "y": row(0.02)}, "b": {"x": row(0.02), "y": row(0.001, False)}}.items():
+        (tmp_path / name).mkdir()
+        report = {"tasks": {"t": {"primary": {"rows": rows}}}}
+        (tmp_path / name / "collapse.json").write_text(json.dumps(report))
+    block = pooled(block_rows({n: tmp_path / n for n in "ab"}))
+    assert [v["own_family"] for v in block.values()] == [True, True, True, False]
+    assert [v["pooled"] for v in block.values()] == [False, False, False, False]
+    assert block[("b", "t", "y")]["pooled_p"] == pytest.approx(0.004)
+    out = tmp_path / "pooled.md"
+    assert main(["--report", str(tmp_path / "a"), "--report", str(tmp_path / "b"), "--out", str(out)]) == 0
+    assert "0 of 4 comparisons held" in capsys.readouterr().out and "block's 4 tests" in out.read_text()
+    assert main(["--report", str(tmp_path / "c"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: no report at ")

@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collapse_bench.markdown import num
 from collapse_bench.measure import path_value_at
+from collapse_bench.pooled_holm import block_rows, pooled
+from collapse_bench.stats import sign_flip_p
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "collapse.md"
@@ -215,16 +218,6 @@ def test_findings_1_to_3_the_numbers_of_their_sentences():
     assert f"mean {_pm(long['alpha_dpg_05']['lost_at']['64'], 1)} lost" in three
 
 
-def _holm_adjusted(p_values: dict) -> dict:
-    """Holm's adjusted p-values: p_(i) · (m − i + 1), made monotone, capped at 1."""
-    ordered = sorted(p_values.items(), key=lambda kv: kv[1])
-    out, running = {}, 0.0
-    for i, (key, p) in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - i) * p))
-        out[key] = running
-    return out
-
-
 def test_findings_4_and_5_pooled_holm_over_the_14_tests_and_the_numbers_of_their_sentences():
     """4: by Holm pooled over the 14 tests of findings 4–5 MARA holds in all settings but G = 4 (adjusted p 0.097),
     α-DPG in two of five; −127.5 ± 15.2 at learning rate 1e-3; MARA's training validity below GRPO's at 1e-4 and
@@ -234,8 +227,15 @@ def test_findings_4_and_5_pooled_holm_over_the_14_tests_and_the_numbers_of_their
     bases = {f"seed{n}": _report(f"collapse_routes_base_seed{n}")["tasks"]["routes"] for n in (1, 2)}
     rows = {(t, n): r for t, e in {**robust, **bases}.items() for n, r in e["primary"]["rows"].items()}
     assert len(rows) == 14
-    adjusted = _holm_adjusted({key: r["p"] for key, r in rows.items()})
-    held = {key for key, p in adjusted.items() if p <= 0.05 and rows[key]["claimed"]}
+    names = ["collapse_routes_robust", "collapse_routes_base_seed1", "collapse_routes_base_seed2"]
+    block = pooled(block_rows({name: RESULTS / name for name in names}))
+    adjusted = {(t if r == names[0] else r[-5:], n): v["pooled_p"] for (r, t, n), v in block.items()}
+    held = {(t if r == names[0] else r[-5:], n) for (r, t, n), v in block.items() if v["pooled"]}
+    table = (RESULTS / names[0] / "pooled_holm.md").read_text()  # the committed table is what this computes
+    assert all(f"| {num(v['pooled_p'])} | {'yes' if v['pooled'] else 'no'} |" in table for v in block.values())
+    assert sum(v["pooled"] for v in block.values()) == 10
+    assert {v["n"] for v in block.values()} == {3} and sign_flip_p([-1.0, -2.0, -3.0]) == 0.25
+    assert "With 3 seeds an exact sign-flip test cannot go below p = 0.25" in _finding(4)
     assert sorted(t for t, n in held if n == "mara_01" and t in robust) == sorted(set(robust) - {"routes_g4"})
     assert sorted(t for t, n in held if n == "alpha_dpg_05" and t in robust) == ["routes_g16", "routes_lr1e-4"]
     assert {("seed1", "mara_01"), ("seed2", "mara_01"), ("seed1", "alpha_dpg_05"), ("seed2", "alpha_dpg_05")} <= held
