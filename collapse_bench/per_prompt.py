@@ -122,7 +122,9 @@ def matched_with_prompts(
     variance of d̄ = mean_s d_s is taken as sd_s²/n + v_p, where v_p is the variance of d̄ over ``resamples``
     bootstrap draws of the prompts (with replacement, one draw shared by all seeds and both arms, the paths' μ and
     ``key`` recomputed on the drawn prompts, so the matched point moves with them). Interval d̄ ± t_{n−1}·se, and
-    the two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Seeds whose two paths do
+    the two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Beside them, the same with
+    Welch–Satterthwaite df (:func:`satterthwaite_df`, the prompts' part with P − 1 df for P prompts):
+    ``df_satterthwaite``, ``half_satterthwaite``, ``p_satterthwaite``. Seeds whose two paths do
     not both reach ``level`` are left out (``seeds`` lists those taken, ``differences`` their d_s); a draw in which
     a seed's resampled path misses ``level`` leaves that seed out of that draw (``missed_draws`` counts them)."""
     seeds, diffs, arrays = [], [], {}
@@ -162,6 +164,19 @@ def matched_with_prompts(
     se_prompts = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
     se = float(np.hypot(se_seeds, se_prompts))
     half = t_quantile(0.5 + confidence / 2.0, n - 1) * se
+    df = satterthwaite_df(se_seeds**2, n - 1, se_prompts**2, n_prompts - 1)
     out |= {"lo": mean - half, "hi": mean + half, "half": half, "se_seeds": se_seeds, "se_prompts": se_prompts,
-            "p": t_test_p(mean, se, n - 1)}  # fmt: skip
+            "p": t_test_p(mean, se, n - 1), "df_satterthwaite": df,
+            "half_satterthwaite": t_quantile(0.5 + confidence / 2.0, df) * se if se > 0 else 0.0,
+            "p_satterthwaite": t_test_p(mean, se, df)}  # fmt: skip
     return out
+
+
+def satterthwaite_df(v1: float, df1: float, v2: float, df2: float) -> float:
+    """Welch–Satterthwaite degrees of freedom of a variance v1 + v2 whose parts have df1 and df2:
+    (v1 + v2)² / (v1²/df1 + v2²/df2); df1 when v2 = 0 and df2 when v1 = 0. Where the prompts' part dominates, the
+    t quantile of :func:`matched_with_prompts` with n − 1 df (the declared, conservative one) overstates the interval;
+    this df is reported beside it."""
+    if v1 + v2 <= 0:
+        return float(df1)
+    return float((v1 + v2) ** 2 / ((v1**2 / df1 if v1 else 0.0) + (v2**2 / df2 if v2 else 0.0)))

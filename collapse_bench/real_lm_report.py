@@ -224,6 +224,8 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         f"of all, so v_p is conditional on reaching μ where it is not 0); Holm over the declared levels, a level "
         f"no seed's paths both reach staying in the family as not rejected. p (sign-flip): the exact sign-flip "
         f"permutation test of the per-seed differences (seeds only, prompts fixed; smallest possible 2/2^seeds). "
+        f"p (Satterthwaite): the same t with Welch–Satterthwaite df (the prompts' part with prompts − 1 df), beside "
+        f"the declared n − 1 (collapse_bench.per_prompt.satterthwaite_df); Holm reads the declared p. "
         f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
         "",
     ]
@@ -232,7 +234,7 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
     rows = []
     for lv in entry["levels"]:
         if lv["mean"] is None:
-            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 9 + ["no"])
+            rows.append([f"{lv['level']:g}", "0"] + ["–"] * 10 + ["no"])
             continue
         pairs = ", ".join(f"{d:+.2f}" for d in lv.get("differences", ()))
         interval = "–" if lv["lo"] is None else f"[{lv['lo']:+.3f}, {lv['hi']:+.3f}]"
@@ -242,10 +244,15 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         flip = sign_flip_p(lv.get("differences") or [])
         flip_cell = "–" if flip is None or lv["n"] < 2 else f"{flip:.3g}"
         missed = "–" if lv["lo"] is None else f"{lv['missed_draws']}/{p.resamples * lv['n']}"
+        welch = (
+            "–"
+            if lv.get("p_satterthwaite") is None
+            else (f"{lv['p_satterthwaite']:.3g} (df {lv['df_satterthwaite']:.1f})")
+        )
         rows.append([f"{lv['level']:g}", str(lv["n"]), f"{lv['mean']:+.3f}", pairs, interval, se_s, se_p, missed, pv,
-                     flip_cell, "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
+                     welch, flip_cell, "yes" if lv["holm"] else "no", "yes" if lv["supported"] else "no"])  # fmt: skip
     head = ["μ", "seeds", "difference", "per seed", "95% interval", "se (seeds)", "se (prompts)", "missed", "p",
-            "p (sign-flip)", "Holm", "supported"]  # fmt: skip
+            "p (Satterthwaite)", "p (sign-flip)", "Holm", "supported"]  # fmt: skip
     return [*lines, *table(head, rows)]
 
 

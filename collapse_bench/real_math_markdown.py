@@ -90,9 +90,10 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         "Interval d̄ ± t(n−1)·√(sd²/n + v_p), v_p the variance of d̄ over "
         f"{p.resamples} bootstrap draws of the path problems (collapse_bench.per_prompt.matched_with_prompts); p from "
         f"that t; Holm over the {len(entry['comparisons'])} (arm, level) comparisons at α = {p.alpha:g}, one no seed "
-        "pair reaches staying in the family as not rejected. The exact sign-flip p over the seeds' differences is "
-        f"beside (its smallest possible value in brackets). Supported: the difference is {p.direction}, its interval "
-        "excludes 0 and it survives Holm.",
+        "pair reaches staying in the family as not rejected. Beside it: the same t with Welch–Satterthwaite df (the "
+        "problems' part with problems − 1 df; not what Holm reads) and the exact sign-flip p over the seeds' "
+        "differences (its smallest possible value in brackets). "
+        f"Supported: the difference is {p.direction}, its interval excludes 0 and it survives Holm.",
         "",
     ]
     rows = []
@@ -103,11 +104,12 @@ def _primary_lines(entry: dict[str, Any], study: Study) -> list[str]:
         interval = "–" if c["lo"] is None else f"[{c['lo']:+.2f}, {c['hi']:+.2f}]"
         sf = c["sign_flip"]
         flip = "–" if sf["p"] is None else f"{sf['p']:.3g} ({sf['smallest']:.3g})"
+        welch = "–" if c.get("p_satterthwaite") is None else f"{c['p_satterthwaite']:.3g}"
         rows.append([c["arm"], f"{c['level']:g}", reach, miss, diff_cell(c, 2), per_seed, interval,
-                     "–" if c["p"] is None else f"{c['p']:.3g}", flip, "yes" if c["holm"] else "no",
+                     "–" if c["p"] is None else f"{c['p']:.3g}", welch, flip, "yes" if c["holm"] else "no",
                      "yes" if c["supported"] else "no"])  # fmt: skip
     head = ["arm", "pass@1", "seeds reaching", "not reaching", f"Δ {what}@{p.k}", "per seed", "95% interval",
-            "p (t)", "sign-flip p", "Holm", "supported"]  # fmt: skip
+            "p (t)", "p (Satterthwaite)", "sign-flip p", "Holm", "supported"]  # fmt: skip
     lines += table(head, rows)
     reached = [f"{c['arm']} at {c['level']:g} (seeds {', '.join(map(str, c['seeds']))})" for c in
                entry["comparisons"] if c["seeds"]]  # fmt: skip

@@ -123,7 +123,7 @@ def paired_p_value(diff: Mapping[str, Any]) -> float | None:
     return t_test_p(mean, sd / math.sqrt(n), n - 1)
 
 
-def t_test_p(mean: float, se: float, df: int) -> float:
+def t_test_p(mean: float, se: float, df: float) -> float:
     """Two-sided p-value of H0: mean 0, from the t statistic |mean|/se with ``df`` degrees of freedom; a zero
     ``se`` gives 0 (a nonzero mean) or 1."""
     if se == 0:

@@ -490,7 +490,10 @@ def test_the_real_lm_report_computes_the_declared_primary_comparison(tmp_path):
     assert "## The primary comparison" in text and "| 0.8 | 0 | – |" in text and "`countries`" in text
     assert f"| {levels[0.6]['missed_draws']}/{3 * 2000} |" in text  # the seed-draws that miss μ, of all
     row = next(line for line in text.splitlines() if line.startswith("| 0.6 | 3 |"))
-    assert row.split(" | ")[9] == "0.25"  # p (sign-flip) beside the t p: 3 pairs all negative, 2/2^3
+    lv = levels[0.6]
+    assert row.split(" | ")[10] == "0.25"  # p (sign-flip) beside the t p: 3 pairs all negative, 2/2^3
+    assert row.split(" | ")[9] == f"{lv['p_satterthwaite']:.3g} (df {lv['df_satterthwaite']:.1f})"
+    assert lv["df_satterthwaite"] >= 2 and lv["p_satterthwaite"] <= lv["p"]  # df >= n − 1 when prompts >= seeds
 
 
 def test_a_sampled_run_keeps_dense_per_prompt_path_points(tmp_path, tiny_path):

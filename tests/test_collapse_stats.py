@@ -257,3 +257,14 @@ def test_pooled_holm_reads_a_block_as_one_family(tmp_path, capsys):
     assert "0 of 4 comparisons held" in capsys.readouterr().out and "block's 4 tests" in out.read_text()
     assert main(["--report", str(tmp_path / "c"), "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith("error: no report at ")
+
+
+def test_satterthwaite_df_limits_and_a_prompt_dominated_case():
+    from collapse_bench.per_prompt import satterthwaite_df
+
+    assert satterthwaite_df(0.3, 4, 0.0, 31) == 4.0  # no prompt part: the seeds' n − 1
+    assert satterthwaite_df(0.0, 4, 0.3, 31) == pytest.approx(31.0)  # no seed part: the prompts' P − 1
+    assert satterthwaite_df(0.0, 4, 0.0, 31) == 4.0
+    both = satterthwaite_df(0.054**2, 4, 0.323**2, 31)  # countries at μ 0.8: the prompts dominate
+    expected = (0.054**2 + 0.323**2) ** 2 / (0.054**4 / 4 + 0.323**4 / 31)
+    assert 4 < both <= 4 + 31 and both == pytest.approx(expected)  # between the smaller df and their sum

@@ -461,3 +461,20 @@ def test_finding_15_on_countries_every_seed_loses_held_out_pass_and_every_pair_i
     for level in primary["levels"]:
         if level["level"] in (0.7, 0.8):
             assert len(level["differences"]) >= 2 and all(d < 0 for d in level["differences"]), (name, level)
+
+
+def test_finding_15_read_with_satterthwaite_df_between_would_survive_countries_would_not():
+    """Finding 15's post-hoc reading: with Welch–Satterthwaite df, `between` at μ 0.8 (p 0.0014, family of 2) would
+    survive Holm, SmolLM2 `countries` at 0.8 (p 0.021, family of 3) would not; both sign-flip p at their floors."""
+    from collapse_bench.stats import holm, sign_flip_p
+
+    finding = _finding(15)
+    for name, p_text, family in (("between", "0.0014", 2), ("countries", "0.021", 3)):
+        levels = _real_lm(name)["primary"]["levels"]
+        assert len(levels) == family
+        at_08 = next(lv for lv in levels if lv["level"] == 0.8)
+        assert f"{at_08['p_satterthwaite']:.2g}" == p_text and f"has p {p_text}" in finding
+        survives = holm({lv["level"]: lv.get("p_satterthwaite") for lv in levels})[0.8]
+        assert survives == (name == "between") and not at_08["supported"]  # the declared verdict stays "no"
+        assert sign_flip_p(at_08["differences"]) == 2 / 2 ** at_08["n"]
+    assert "0.25 with 3 seeds and 0.0625 with 5" in finding
