@@ -18,7 +18,8 @@ cannot hold different models silently.
 The named bases: ``tiny``, pretrained on ``arith`` and ``pairsum``; ``tiny2``, the base of the collapse benchmark's
 protocol v2, pretrained on ``carry`` and ``skewsum`` (a latent skill with a systematic error mode; a skewed filtered
 model); ``tiny3``, pretrained on ``routes`` (two strategies, one of them the only reliable one on a held-out class),
-and ``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds.
+``tiny3-seed1`` / ``tiny3-seed2``, the same build from other pretraining seeds, and ``tiny3-swapped`` /
+``tiny3-equal``, pretrained on the controls of ``routes`` (:mod:`rlvr_div.tasks.routes_controls`).
 :func:`rlvr_div.models.resolve_model` maps these names (and ``tiny-<spec hash>``) here.
 """
 
@@ -114,6 +115,10 @@ TINY_BASES: dict[str, TinySpec] = {
     # ``tiny3`` from two more pretraining seeds (initialisation and corpus order): the routes study's robustness block.
     "tiny3-seed1": TinySpec(seed=1, tasks=("routes",), steps=4000, version=4),
     "tiny3-seed2": TinySpec(seed=2, tasks=("routes",), steps=4000, version=4),
+    # the controls of ``routes`` (rlvr_div.tasks.routes_controls): the strategies' shares swapped; direct at column's
+    # length
+    "tiny3-swapped": TinySpec(tasks=("routes_swapped",), steps=4000, version=4),
+    "tiny3-equal": TinySpec(tasks=("routes_equal",), steps=4000, version=4),
 }
 
 
@@ -221,6 +226,10 @@ def ship_tiny(name: str, root: Path = SHIPPED_DIR, progress: bool = True) -> Pat
     recipe and this machine in the manifest (for developers: what every user then loads)."""
     spec = TINY_BASES[name]
     directory = root / f"tiny-{spec.key()}"
+    # both fingerprints as the build starts: they are cached, so the build's and the manifest's are these, not a
+    # re-read of source files edited while it trained (inspect reads the file at call time: a shifted line reads
+    # another function's text)
+    build_fingerprint(spec, libraries=False), build_fingerprint(spec)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=root))
     try:

@@ -13,6 +13,8 @@ _INT = re.compile(r"0|[1-9]\d*")
 _PAIR = re.compile(r"(0|[1-9]\d*)\+(0|[1-9]\d*)")
 # a strategy and its work, then the answer: "d<answer>" or "c<one digit>;<answer>" (rlvr_div.tasks.routes)
 _ROUTE = re.compile(r"(?:d|c\d;)(0|[1-9]\d*)")
+# the same with direct written at the column's length, "dd;<answer>" (rlvr_div.tasks.routes_controls)
+_ROUTE_EQUAL = re.compile(r"(?:dd;|c\d;)(0|[1-9]\d*)")
 
 
 class ArithExact(Reward):
@@ -63,6 +65,18 @@ class RouteAnswer(Reward):
         return [float(self.extract(c) == str(a).strip()) for c, a in zip(completions, answer)]
 
 
+class RouteAnswerEqual(RouteAnswer):
+    """1 when the completion is ``dd;<answer>`` or ``c<digit>;<answer>``: ``route_answer`` for the control whose
+    direct strategy is written at the column strategy's length."""
+
+    name = "route_answer_equal"
+
+    def extract(self, completion: str) -> str | None:
+        match = _ROUTE_EQUAL.fullmatch(completion)
+        return match.group(1) if match else None
+
+
 REWARDS.add("arith_exact", ArithExact)
 REWARDS.add("pair_sum", PairSum)
 REWARDS.add("route_answer", RouteAnswer)
+REWARDS.add("route_answer_equal", RouteAnswerEqual)

@@ -22,6 +22,7 @@ TASKS: Registry[TaskSpec] = Registry(
         "rlvr_div.tasks.skewsum",
         "rlvr_div.tasks.carry",
         "rlvr_div.tasks.routes",
+        "rlvr_div.tasks.routes_controls",
         "rlvr_div.tasks.between",
         "rlvr_div.tasks.countries",
         "rlvr_div.tasks.math",

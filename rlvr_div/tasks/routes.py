@@ -28,6 +28,7 @@ names a row's class.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import datasets
 
@@ -77,17 +78,25 @@ def routes_valid(row: dict) -> list[str]:
     return [direct_completion(answer)] + [column_completion(w, answer) for w in range(10)]
 
 
-def _routes_corpus(rng: random.Random) -> tuple[str, str]:
+def routes_corpus_sample(
+    rng: random.Random, column_share: float = ROUTES_MINORITY, direct: Callable[[int], str] = direct_completion
+) -> tuple[str, str]:
+    """One pretraining example: the column strategy with probability ``column_share``, else direct written by
+    ``direct`` (the controls of :mod:`rlvr_div.tasks.routes_controls` change these two, nothing else)."""
     a, b = rng.randint(0, ROUTES_MAX), rng.randint(0, ROUTES_MAX)
     total = a + b
-    if rng.random() < ROUTES_MINORITY:
+    if rng.random() < column_share:
         carry = carry_out(a, b)
         if rng.random() >= ROUTES_COLUMN_SKILL:  # a wrong carry, and the answer that follows from it
             carry = 1 - carry
         return f"{a}+{b}=", column_completion(carry, total + 10 * (carry - carry_out(a, b)))
     if total >= 100:
-        return f"{a}+{b}=", direct_completion(total - 100)
-    return f"{a}+{b}=", direct_completion(total if rng.random() >= ROUTES_DIRECT_NOISE else mistake(total, rng))
+        return f"{a}+{b}=", direct(total - 100)
+    return f"{a}+{b}=", direct(total if rng.random() >= ROUTES_DIRECT_NOISE else mistake(total, rng))
+
+
+def _routes_corpus(rng: random.Random) -> tuple[str, str]:
+    return routes_corpus_sample(rng)
 
 
 def routes_split_pairs(split: str) -> list[tuple[int, int]]:
