@@ -97,3 +97,37 @@ def test_grpo_seed1_more_ways_to_write_a_correct_solution_shorter_completions_an
     assert (round(_mean_pass(ood_b, 8), 2), round(_mean_pass(ood_e, 8), 2)) == (0.06, 0.16)
     words = _words()
     assert "(1.45 → 2.86 of 32 samples)" in words and "pass@1 0.0075 → 0.0325, pass@8 0.06 → 0.16" in words
+
+
+def _run(arm: str) -> dict:
+    path = STUDY / "runs" / arm / "seed1" / "result.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is not committed")
+    return json.loads(path.read_text())
+
+
+def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_favour_it():
+    base, grpo = _grpo_seed1()
+    dpg = _run("alpha_dpg")
+    path = {p["step"]: p for p in dpg["path"]}
+    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.062, 0.092]
+    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.33, 0.46, 0.37]
+    b, e = base["test"], dpg["end"]
+    pb = [_pass(b["n"], c, 32) for c in b["c"]]
+    pr = [_pass(e["n"], c, 32) for c in e["c"]]
+    lost = sum(x * (1 - y) for x, y in zip(pb, pr))
+    gained = sum((1 - x) * y for x, y in zip(pb, pr))
+    assert (round(lost, 1), round(gained, 1)) == (13.0, 17.0)
+    assert _mean_pass(e, 32) > _mean_pass(grpo["end"], 32) and _mean_pass(e, 32) > _mean_pass(b, 32)
+    report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+    mine = {c["level"]: c for c in report if c["arm"] == "alpha_dpg"}
+    assert {lv: c["seeds"] for lv, c in mine.items()} == {0.02: [1], 0.03: [1]}
+    assert (round(mine[0.02]["mean"], 2), round(mine[0.03]["mean"], 2)) == (0.1, 2.85)
+    assert all(mine[lv]["mean"] > 0 and not mine[lv]["supported"] for lv in mine)  # more lost than GRPO, no claim
+    words = _words()
+    assert "**13.0 lost [7.0, 20.0], 17.0 gained [10.0, 24.0]**" in words and "+0.10 and +2.85" in words
+    assert "α-DPG ended at pass@1 0.092 and pass@32 0.370 (13.0 lost, 17.0 gained)" in words
+    timing = json.loads((STUDY / "runs" / "alpha_dpg" / "seed1" / "timing.json").read_text())["stages"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(timing["train"]["seconds"]), round(evals)) == (5086, 2071)
+    assert "train 5,086 s (84.8 s/step), evals 2,071 s" in words
