@@ -307,12 +307,13 @@ class MathAccuracy(Reward):
     @property
     def pool(self) -> DeadlinePool:
         """The worker pool (started on first use, and again when :func:`set_quiet` changed since)."""
-        if self._pool is not None and self._pool.func.keywords["quiet"] != _quiet:
+        if self._pool is not None and getattr(self, "_pool_quiet", _quiet) != _quiet:
             self._pool.close()
             self._pool = None
         if self._pool is None:
             inner = max(1, int(0.6 * self.deadline))  # math-verify's own alarm: a cheaper first line of defence
             func = partial(_verify_item, inner, quiet=_quiet)
+            self._pool_quiet = _quiet  # what this pool's workers were started with
             self._pool = DeadlinePool(func, workers=self.workers, deadline=self.deadline, memory_mb=self.memory_mb)
         return self._pool
 
