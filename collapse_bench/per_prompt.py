@@ -123,10 +123,12 @@ def matched_with_prompts(
     bootstrap draws of the prompts (with replacement, one draw shared by all seeds and both arms, the paths' μ and
     ``key`` recomputed on the drawn prompts, so the matched point moves with them). Interval d̄ ± t_{n−1}·se, and
     the two-sided p-value of t = d̄/se with n − 1 degrees of freedom; None below 2 seeds. Beside them, the same with
-    Welch–Satterthwaite df (:func:`satterthwaite_df`, the prompts' part with P − 1 df for P prompts):
-    ``df_satterthwaite``, ``half_satterthwaite``, ``p_satterthwaite``. Seeds whose two paths do
-    not both reach ``level`` are left out (``seeds`` lists those taken, ``differences`` their d_s); a draw in which
-    a seed's resampled path misses ``level`` leaves that seed out of that draw (``missed_draws`` counts them)."""
+    Welch–Satterthwaite df (:func:`satterthwaite_df` with s1 = sd_s²/n on n − 1 df and s2 = v_p on P − 1 df for P
+    prompts: df = (s1 + s2)² / (s1²/(n − 1) + s2²/(P − 1))): ``df_satterthwaite``, ``half_satterthwaite`` (the
+    interval's half-width with t_df) and ``p_satterthwaite`` (the same t on df); a reading beside the declared one,
+    which Holm reads. Seeds whose two paths do not both reach ``level`` are left out (``seeds`` lists those taken,
+    ``differences`` their d_s); a draw in which a seed's resampled path misses ``level`` leaves that seed out of that
+    draw (``missed_draws`` counts them)."""
     seeds, diffs, arrays = [], [], {}
     for s in sorted(set(method_paths) & set(baseline_paths)):
         a, b = _path_arrays(method_paths[s], key), _path_arrays(baseline_paths[s], key)
@@ -138,7 +140,8 @@ def matched_with_prompts(
             diffs.append(va - vb)
     out: dict[str, Any] = {"level": level, "key": key, "seeds": seeds, "differences": [float(d) for d in diffs],
                            "n": len(seeds), "mean": None, "lo": None, "hi": None, "half": None, "se_seeds": None,
-                           "se_prompts": None, "p": None, "missed_draws": 0}  # fmt: skip
+                           "se_prompts": None, "p": None, "df_satterthwaite": None, "half_satterthwaite": None,
+                           "p_satterthwaite": None, "missed_draws": 0}  # fmt: skip
     if not seeds:
         return out
     mean = float(np.mean(diffs))

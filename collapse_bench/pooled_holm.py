@@ -2,8 +2,13 @@
 
 Each report (``collapse.json``) applies Holm to its own task's family (a robustness setting's two or so tests). A
 robustness block asks one question over all its settings, so its claims are read with Holm over the block's m tests
-pooled: adjusted p̃ (:func:`collapse_bench.stats.holm_adjusted`) and a claim held when the difference is separated
-(its interval excludes 0 on the declared side) and p̃ <= α.
+pooled: adjusted p̃ (:func:`collapse_bench.stats.holm_adjusted`) and a claim held by the reports' own rule with the
+block as the family: the difference is separated (its interval excludes 0), at least its report's declared
+``min_difference`` in size (:func:`collapse_bench.classes.claimed`), and p̃ <= α.
+
+Since every report's family lies inside the block, a claim the block holds (at its report's α) its own family holds
+too: Holm's adjusted p of a test never falls when tests join its family (each p_(i) is multiplied by the number of
+tests with a p at least as large, which can only grow). Pooling can only take claims away.
 
     python -m collapse_bench.pooled_holm --report bench/results/collapse_routes_robust \\
         --report bench/results/collapse_routes_base_seed1 --report bench/results/collapse_routes_base_seed2 \\
@@ -18,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collapse_bench.classes import claimed
 from collapse_bench.markdown import num, table
 from collapse_bench.stats import holm_adjusted
 
@@ -25,13 +31,16 @@ ALPHA = 0.05
 
 
 def block_rows(reports: dict[str, Path]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every primary-comparison row of the reports, keyed ``(report, task, method)``."""
+    """Every primary-comparison row of the reports, keyed ``(report, task, method)``, with its report's declared
+    ``min_difference`` (0 where the report declares none)."""
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for name, path in reports.items():
         report = json.loads((path / "collapse.json").read_text())
         for task, entry in report["tasks"].items():
-            for method, row in (entry.get("primary") or {}).get("rows", {}).items():
-                rows[(name, task, method)] = row
+            primary = entry.get("primary") or {}
+            smallest = float((primary.get("spec") or {}).get("min_difference", 0.0))
+            for method, row in primary.get("rows", {}).items():
+                rows[(name, task, method)] = {**row, "min_difference": smallest}
     return rows
 
 
@@ -41,7 +50,7 @@ def pooled(rows: dict[tuple[str, str, str], dict[str, Any]], alpha: float = ALPH
     adjusted = holm_adjusted(tested)
     return {key: {"mean": row["mean"], "lo": row["lo"], "hi": row["hi"], "n": row["n"], "p": row.get("p"),
                   "own_family": bool(row.get("claimed")), "pooled_p": adjusted.get(key),
-                  "pooled": bool(row.get("separated")) and adjusted.get(key, 1.0) <= alpha}
+                  "pooled": claimed(row, row.get("min_difference", 0.0)) and adjusted.get(key, 1.0) <= alpha}
             for key, row in rows.items()}  # fmt: skip
 
 
@@ -50,8 +59,8 @@ def markdown(block: dict[tuple[str, str, str], Any], command: str, alpha: float 
     lines = [f"# Holm pooled over the block's {m} tests", "",
              f"Made by `{command}` from the reports' `collapse.json` (nothing is run). Each row is one primary "
              f"comparison (the method minus GRPO); its own report tests it with Holm over its task's family; here "
-             f"the family is the block's {m} tests, α = {alpha}. Held: the interval excludes 0 and the adjusted "
-             "p ≤ α.", ""]  # fmt: skip
+             f"the family is the block's {m} tests, α = {alpha}. Held: the interval excludes 0, |Δ| is at least "
+             "the report's declared smallest difference and the adjusted p ≤ α.", ""]  # fmt: skip
     rows = [[report, task, method, f"{num(v['mean'], 1)} [{num(v['lo'], 1)}, {num(v['hi'], 1)}]", str(v["n"]),
              num(v["p"]), "yes" if v["own_family"] else "no", num(v["pooled_p"]), "yes" if v["pooled"] else "no"]
             for (report, task, method), v in sorted(block.items())]  # fmt: skip

@@ -259,6 +259,109 @@ def test_pooled_holm_reads_a_block_as_one_family(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: no report at ")
 
 
+def _own_family_row(p: float, mean: float = -3.0, separated: bool = True) -> dict:
+    return {"mean": mean, "lo": mean - 2.0, "hi": mean / 2 if separated else 1.0, "n": 3, "p": p,
+            "separated": separated}  # fmt: skip
+
+
+def _write_block(tmp_path: Path, families: dict[str, dict[str, dict]], min_difference: float = 0.5) -> dict:
+    """One report per family (one task ``t``), each row's ``claimed`` by its own family's Holm (as
+    classes.primary_comparison sets it), and the reports' paths."""
+    from collapse_bench.classes import claimed
+    from collapse_bench.stats import holm
+
+    for name, rows in families.items():
+        survives = holm({method: row["p"] for method, row in rows.items()}, 0.05)
+        for method, row in rows.items():
+            row["claimed"] = survives[method] and claimed(row, min_difference)
+        (tmp_path / name).mkdir()
+        spec = {"min_difference": min_difference, "alpha": 0.05}
+        (tmp_path / name / "collapse.json").write_text(
+            json.dumps({"tasks": {"t": {"primary": {"spec": spec, "rows": rows}}}})
+        )
+    return {name: tmp_path / name for name in families}
+
+
+def test_pooled_holm_takes_a_claim_its_own_family_holds_and_never_adds_one(tmp_path):
+    """Own family holds, the pool does not: report a's family {x 0.01, y 0.04} holds both (0.01 <= 0.05/2, then
+    0.04 <= 0.05); pooled with b's {w 0.03 (interval across 0), z 0.0001} (m = 4) y's adjusted p is 0.06 and the pool
+    drops it. The other way, own family not holding and the pool holding, cannot come from the p-values (the pool's
+    adjusted p is never below the own family's, next test); it came from the rule: z is −0.3 problems, under the
+    declared 0.5, so its report does not claim it, and with the declared smallest difference read the pool does not
+    either (pooled p 0.0004; before, the pool held it)."""
+    from collapse_bench.pooled_holm import block_rows, pooled
+
+    reports = _write_block(tmp_path, {"a": {"x": _own_family_row(0.01), "y": _own_family_row(0.04)},
+                                      "b": {"w": _own_family_row(0.03, separated=False),
+                                            "z": _own_family_row(0.0001, mean=-0.3)}})  # fmt: skip
+    block = pooled(block_rows(reports))
+    own = {key[::2]: v["own_family"] for key, v in block.items()}
+    held = {key[::2]: v["pooled"] for key, v in block.items()}
+    assert own == {("a", "x"): True, ("a", "y"): True, ("b", "w"): False, ("b", "z"): False}
+    # pooled p: z 0.0001·4, x 0.01·3 = 0.03, w max(0.03, 0.03·2) = 0.06, y max(0.06, 0.04) = 0.06
+    assert {key[::2]: v["pooled_p"] for key, v in block.items()} == pytest.approx(
+        {("a", "x"): 0.03, ("a", "y"): 0.06, ("b", "w"): 0.06, ("b", "z"): 0.0004})  # fmt: skip
+    assert held == {("a", "x"): True, ("a", "y"): False, ("b", "w"): False, ("b", "z"): False}
+    assert block[("b", "t", "z")]["pooled_p"] <= 0.05 and not block[("b", "t", "z")]["pooled"]  # |Δ| 0.3 < 0.5
+
+
+def test_pooled_holm_adjusted_p_never_falls_below_the_own_familys():
+    """Over random blocks of random families: the pooled adjusted p of every test is at least its own family's, so
+    a claim held pooled is held by its own family (ties included: p-values drawn from a coarse grid)."""
+    from collapse_bench.pooled_holm import pooled
+    from collapse_bench.stats import holm, holm_adjusted
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        families = {f: {m: float(rng.choice([0.001, 0.005, 0.01, 0.02, 0.03, 0.04, 0.2]))
+                        for m in range(int(rng.integers(1, 4)))} for f in range(int(rng.integers(1, 6)))}  # fmt: skip
+        pool = holm_adjusted({(f, m): p for f, ps in families.items() for m, p in ps.items()})
+        rows = {}
+        for f, ps in families.items():
+            own = holm_adjusted(ps)
+            survives = holm(ps, 0.05)
+            assert all(pool[(f, m)] >= own[m] - 1e-15 for m in ps)
+            for m, p in ps.items():
+                rows[(str(f), "t", str(m))] = _own_family_row(p) | {"claimed": survives[m], "min_difference": 0.5}
+        block = pooled(rows)
+        assert all(v["own_family"] for v in block.values() if v["pooled"])
+
+
+def test_satterthwaite_in_matched_with_prompts_from_n_minus_1_to_prompts_minus_1():
+    """The df the matched comparison reports: n − 1 where the prompts add no variance (every prompt the same),
+    P − 1 where the seeds add none (every seed the same), between otherwise; its p and half-width use it."""
+    from collapse_bench.per_prompt import matched_with_prompts, satterthwaite_df
+    from collapse_bench.stats import t_test_p
+
+    def path(end: list[float]) -> list[dict]:  # μ 0.25 -> 0.75 on every prompt: μ 0.5 halfway, exactly
+        return [{"step": t, "mu": mu, "kl_pstar": sum(kl) / len(kl),
+                 "per_prompt": {"mu": [mu] * len(kl), "kl_pstar": kl}}
+                for t, mu, kl in ((0, 0.25, [0.0] * len(end)), (10, 0.75, end))]  # fmt: skip
+
+    prompts = 8
+    grpo = {s: path([2.0] * prompts) for s in (1, 2, 3)}
+    flat = {s: path([1.0 + 0.25 * s] * prompts) for s in (1, 2, 3)}  # seeds differ, prompts do not (dyadic: exact)
+    out = matched_with_prompts(flat, grpo, 0.5, "kl_pstar", resamples=100)
+    assert out["se_prompts"] == 0 and out["df_satterthwaite"] == 2.0 and out["p_satterthwaite"] == out["p"]
+    assert out["half_satterthwaite"] == pytest.approx(out["half"])
+    spread = [0.25 * x for x in range(prompts)]
+    same = {s: path(spread) for s in (1, 2, 3)}  # every seed the same, prompts differ
+    out = matched_with_prompts(same, grpo, 0.5, "kl_pstar", resamples=200)
+    assert out["se_seeds"] == 0 and out["se_prompts"] > 0 and out["df_satterthwaite"] == pytest.approx(prompts - 1)
+    both = {s: path([x + 0.25 * s for x in spread]) for s in (1, 2, 3)}
+    out = matched_with_prompts(both, grpo, 0.5, "kl_pstar", resamples=200)
+    df = satterthwaite_df(out["se_seeds"] ** 2, 2, out["se_prompts"] ** 2, prompts - 1)
+    assert out["df_satterthwaite"] == pytest.approx(df) and 2 < df < 2 + prompts - 1
+    se = math.hypot(out["se_seeds"], out["se_prompts"])
+    assert out["p_satterthwaite"] == pytest.approx(t_test_p(out["mean"], se, df)) and out["p_satterthwaite"] < out["p"]
+    assert (
+        out["half_satterthwaite"] == pytest.approx(t_quantile(0.975, df) * se)
+        and out["half_satterthwaite"] < out["half"]
+    )
+    one = matched_with_prompts({1: flat[1]}, {1: grpo[1]}, 0.5, "kl_pstar")  # one seed: nothing to test, keys kept
+    assert one["df_satterthwaite"] is None and one["p_satterthwaite"] is None and one["half_satterthwaite"] is None
+
+
 def test_satterthwaite_df_limits_and_a_prompt_dominated_case():
     from collapse_bench.per_prompt import satterthwaite_df
 
