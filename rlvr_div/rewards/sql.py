@@ -19,7 +19,8 @@ evaluators compare exactly); ``3 = 3.0``.
 ``bird_execution`` is the same reward with ``semantics="bird"`` by default (the ``bird`` task's reward).
 
 The query is the last fenced ```sql block of the completion (``block="any"``: the last fenced block whatever its
-language; ``block="none"``: the whole completion). It is executed in a worker process of a
+language; ``block="none"``: the whole completion; ``block="line"``: the text before the completion's first newline,
+set by the SQL tasks' ``format: fewshot``, whose queries are one line each). It is executed in a worker process of a
 :class:`~rlvr_div.rewards.workers.DeadlinePool` on a connection that cannot change anything:
 
 - the database is opened read-only (``file:…?mode=ro`` URI; WAL databases also ``immutable=1`` so no ``-shm`` file
@@ -64,7 +65,7 @@ from rlvr_div.rewards.workers import DeadlinePool
 
 logger = logging.getLogger(__name__)
 
-BLOCKS = ("sql", "any", "none")
+BLOCKS = ("sql", "any", "none", "line")
 GRACE_S = 0.25  # the pool's hard deadline is the query deadline plus this (printf("%.*c", 2e9, "x") needs it)
 MAX_VALUE_BYTES = 10_000_000  # SQLITE_LIMIT_LENGTH: the largest string or blob a query may build
 MAX_SQL_CHARS = 20_000
@@ -78,10 +79,13 @@ _FENCE_ANY = re.compile(r"```[^\n`]*\n?")
 
 def extract_sql(text: str, block: str = "sql", max_chars: int = MAX_SQL_CHARS) -> str | None:
     """The query in ``text``: the content of the last ```sql fence (``block="sql"``), of the last fence of any
-    language (``"any"``), or the whole text (``"none"``); an unclosed final fence runs to the end of the text.
-    Surrounding whitespace and trailing semicolons are removed; None when empty or longer than ``max_chars``."""
+    language (``"any"``), the whole text (``"none"``) or the text before its first newline (``"line"``); an unclosed
+    final fence runs to the end of the text. Surrounding whitespace and trailing semicolons are removed; None when
+    empty or longer than ``max_chars``."""
     if block == "none":
         sql = text
+    elif block == "line":
+        sql = text.split("\n", 1)[0]
     else:
         if block == "sql":
             openings = list(_FENCE_SQL.finditer(text))
@@ -222,7 +226,7 @@ class SqlExecution(Reward):
 
     Settings: ``semantics`` (``spider`` | ``bird``), ``column_order`` (``any``: any column permutation;
     ``strict``: columns in the gold order; default ``any`` for spider, ``strict`` for bird), ``block`` (``sql`` |
-    ``any`` | ``none``), ``deadline`` (seconds per query), ``max_rows``, ``partial_credit`` (w in [0, 1)),
+    ``any`` | ``none`` | ``line``), ``deadline`` (seconds per query), ``max_rows``, ``partial_credit`` (w in [0, 1)),
     ``workers`` (processes; default one per core), ``memory_mb`` (per worker), ``max_sql_chars``.
     """
 

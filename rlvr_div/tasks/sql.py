@@ -5,11 +5,19 @@ the rows of question files over database files (:func:`database_rows`, :func:`dr
 The tasks: ``spider`` (:mod:`rlvr_div.tasks.spider`), ``bird`` (:mod:`rlvr_div.tasks.bird`) and ``synth_sql``
 (:mod:`rlvr_div.tasks.synth_sql`), all verified by execution. Each row has ``prompt`` (chat messages by default; plain
 text with ``chat=False``), ``question``, ``db_path`` (absolute path of the SQLite file), ``gold_sql`` and ``db_id``.
+
+The prompt ``format`` of ``spider`` and ``synth_sql`` (:data:`SQL_FORMATS`): ``instruct`` (the default) is the prompt
+above; ``fewshot`` is a short plain completion-style text for small base models, no chat template
+(:func:`fewshot_sql_prompt`): two worked examples over a made-up two-table database that no task uses, then the
+question's database as ``table(column, …)`` lines (:func:`compact_schema`), ``Q: <question>`` and ``SQL:``. Its query
+is the rest of that line: the task sets ``sql_execution``'s ``block="line"`` (:func:`sql_reward_settings`) and the
+stop text ``"\n"`` (:func:`sql_stop_text`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from collections.abc import Callable
 from functools import lru_cache
@@ -36,6 +44,84 @@ def sql_prompt(
         return text
     messages = [{"role": "system", "content": system}] if system else []
     return messages + [{"role": "user", "content": text}]
+
+
+SQL_FORMATS = ("instruct", "fewshot")
+# the few-shot prompt's worked examples: written for it, over a made-up database that no task uses (no Spider dev or
+# synth_sql database has these tables), one query a line
+FEWSHOT_SCHEMA = "author(author_id, name, country)\nbook(book_id, title, author_id, year)"
+FEWSHOT_EXAMPLES = (
+    ("What are the titles of the books published after 2000?", "SELECT title FROM book WHERE year > 2000"),
+    (
+        "Which books were written by authors from France? Give their titles.",
+        "SELECT book.title FROM book JOIN author ON book.author_id = author.author_id WHERE author.country = 'France'",
+    ),
+)
+FEWSHOT_STOP = "\n"  # a few-shot query is one line; after it the model would write the next "Schema:"
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def fewshot_sql_prompt(schema: str, question: str) -> str:
+    """The plain two-shot prompt: for each worked example ``Schema:``, the made-up database's ``table(column, …)``
+    lines, ``Q: <question>``, ``SQL: <query>`` and a blank line; then the same for ``schema`` and ``question``, up to
+    ``SQL:``."""
+    shots = "".join(f"Schema:\n{FEWSHOT_SCHEMA}\nQ: {q}\nSQL: {sql}\n\n" for q, sql in FEWSHOT_EXAMPLES)
+    return f"{shots}Schema:\n{schema}\nQ: {question}\nSQL:"
+
+
+def check_sql_format(task: str, format: str = "instruct", chat: bool | None = None, system: str | None = None) -> None:
+    """One-line ConfigError for an unknown ``format``, or chat options (``chat=True``, a ``system`` message other
+    than the default) on the plain ``fewshot`` prompt."""
+    if format not in SQL_FORMATS:
+        raise ConfigError(f"task {task!r}: format must be one of {', '.join(SQL_FORMATS)}, got {format!r}")
+    if format == "fewshot" and (chat or system not in (None, SYSTEM_PROMPT)):
+        raise ConfigError(f"task {task!r}: format fewshot is a plain-text prompt; it takes no chat=True or system")
+
+
+def task_prompt(
+    db_path: str, question: str, format: str = "instruct", chat: bool | None = None, system: str | None = SYSTEM_PROMPT
+) -> Any:
+    """The prompt of one question on the database at ``db_path`` in ``format`` (:data:`SQL_FORMATS`; ``chat`` None:
+    chat messages for ``instruct``)."""
+    if format == "fewshot":
+        return fewshot_sql_prompt(compact_schema(db_path), question)
+    return sql_prompt(schema_text(db_path), question, True if chat is None else chat, system)
+
+
+def sql_reward_settings(format: str = "instruct", **_: Any) -> dict[str, dict[str, Any]]:
+    """The reward settings a SQL task's ``format`` needs: a ``fewshot`` query is the completion's first line."""
+    if format != "fewshot":
+        return {}
+    return {"sql_execution": {"block": "line"}, "bird_execution": {"block": "line"}}
+
+
+def sql_stop_text(format: str = "instruct", **_: Any) -> str | None:
+    """The text that ends a completion in ``format``: a newline for ``fewshot`` (one-line queries), none for
+    ``instruct``."""
+    return FEWSHOT_STOP if format == "fewshot" else None
+
+
+@lru_cache(maxsize=256)
+def compact_schema(db_path: str) -> str:
+    """The tables of a SQLite database (read-only) as ``table(column, column, …)`` lines, in creation order; a name
+    that is not a plain identifier is double-quoted."""
+    uri = f"file:{Path(db_path).resolve().as_posix()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+            )
+        ]
+        columns = {t: [r[1] for r in conn.execute("SELECT * FROM pragma_table_info(?)", (t,))] for t in tables}
+    finally:
+        conn.close()
+
+    def name(n: str) -> str:
+        return n if _PLAIN_NAME.fullmatch(n) else '"' + n.replace('"', '""') + '"'
+
+    return "\n".join(f"{name(t)}({', '.join(map(name, columns[t]))})" for t in tables)
 
 
 @lru_cache(maxsize=256)

@@ -2,7 +2,8 @@
 generated deterministically from ``seed`` and questions from templates, each with a gold query and several other
 valid queries (column ``valid_sql``) that return the same result on every database the generator makes, so a policy
 can be right in more than one way. ``train`` and ``test`` hold disjoint questions on the same database. Verified by
-``sql_execution``; prompts are the shared SQL prompt (:func:`rlvr_div.tasks.sql.sql_prompt`).
+``sql_execution``; prompts are the shared SQL prompt (:func:`rlvr_div.tasks.sql.sql_prompt`), or with
+``format="fewshot"`` the shared few-shot prompt (:func:`rlvr_div.tasks.sql.fewshot_sql_prompt`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import datasets
 
@@ -20,7 +22,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.tasks import TASKS
 from rlvr_div.tasks.base import TaskSpec
 from rlvr_div.tasks.data import take_rows
-from rlvr_div.tasks.sql import SYSTEM_PROMPT, schema_text, sql_prompt
+from rlvr_div.tasks.sql import SYSTEM_PROMPT, check_sql_format, sql_reward_settings, sql_stop_text, task_prompt
 
 SYNTH_VERSION = 1
 SYNTH_TEST_SIZE = 60
@@ -376,22 +378,24 @@ def build_synth_sql(
     split: str = "train",
     seed: int = 0,
     size: int | None = None,
-    chat: bool = True,
+    chat: bool | None = None,
     system: str | None = SYSTEM_PROMPT,
     db_dir: str | None = None,
+    format: str = "instruct",
 ) -> datasets.Dataset:
     """Questions on the synthetic database of ``seed``, shuffled by ``seed``; the last ``SYNTH_TEST_SIZE`` form
-    ``test``, the rest ``train``. Columns: prompt, question, db_path, gold_sql, db_id, valid_sql."""
+    ``test``, the rest ``train``; prompts in ``format`` (``instruct``: chat messages unless ``chat=False``;
+    ``fewshot``). Columns: prompt, question, db_path, gold_sql, db_id, valid_sql."""
     if split not in ("train", "test"):
         raise ConfigError(f"task 'synth_sql' has splits train and test, not {split!r}")
+    check_sql_format("synth_sql", format, chat, system)
     db_path = synthetic_db_path(seed, db_dir)
-    schema = schema_text(str(db_path))
     questions = synthetic_questions(db_path)
     random.Random(seed).shuffle(questions)
     questions = questions[:-SYNTH_TEST_SIZE] if split == "train" else questions[-SYNTH_TEST_SIZE:]
     rows = [
         {
-            "prompt": sql_prompt(schema, q, chat, system),
+            "prompt": task_prompt(str(db_path), q, format, chat, system),
             "question": q,
             "db_path": str(db_path),
             "gold_sql": queries[0],
@@ -403,6 +407,10 @@ def build_synth_sql(
     return take_rows(rows, size)
 
 
+def _check(format: str = "instruct", chat: bool | None = None, system: str | None = SYSTEM_PROMPT, **_: Any) -> None:
+    check_sql_format("synth_sql", format, chat, system)
+
+
 TASKS.add(
     "synth_sql",
     TaskSpec(
@@ -410,5 +418,8 @@ TASKS.add(
         build_synth_sql,
         reward="sql_execution",
         description="synthetic company database and templated questions (several valid queries each), from a seed",
+        check=_check,
+        reward_settings=sql_reward_settings,
+        stop_text=sql_stop_text,
     ),
 )
