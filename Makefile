@@ -41,7 +41,7 @@ test-vllm:
 	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev]" "torch==2.13.0" "transformers==5.19.0"
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_sampling_vllm.py tests/test_train_vllm.py
 
-# the collapse benchmark (docs/collapse.md): every cell x 5 seeds x 2 tasks; resumes the committed results in
+# the collapse benchmark (docs/study/collapse.md): every cell x 5 seeds x 2 tasks; resumes the committed results in
 # bench/results/collapse, whose collapse.md holds the tables (from scratch: --out runs/collapse)
 bench-collapse: install
 	$(BIN)/rlvr-div collapse --config bench/collapse.yaml --out bench/results/collapse

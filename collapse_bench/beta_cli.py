@@ -1,4 +1,4 @@
-"""``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta``: the β study (docs/collapse.md,
+"""``rlvr-div beta-study --config bench/beta.yaml --out bench/results/beta``: the β study (docs/study/collapse.md,
 "The β question to convergence"); resumable, ``--report-only`` rewrites the report from the finished runs."""
 
 from __future__ import annotations

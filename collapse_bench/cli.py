@@ -81,7 +81,7 @@ def report(bench: Benchmark, out: Path, command: str) -> Path:
         "sampling noise inside a run). pass@k, lost@k and gained@k are exact expectations for k independent draws; "
         "lost@k/gained@k count the problems the base solves and the model does not (and the reverse). cov@k is the "
         "expected p*-mass of the valid answers seen in k draws; eff. answers = exp H(π(·|valid)); KL(p*‖π_v) is in "
-        "nats. Protocol: docs/collapse.md.",
+        "nats. Protocol: docs/study/collapse.md.",
     ]
     sweep = bench.beta_sweep
     base_mu = None

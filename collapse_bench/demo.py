@@ -4,7 +4,7 @@ It trains the stock TRL baseline (GRPO, β = 0) and the cells of the full benchm
 benchmark's base ``tiny2``, ``skewsum`` ('add n:' → any a+b = n, a skewed filtered model) and ``carry`` ('a+b=',
 one answer), with the benchmark's equal budgets, then measures every model exactly: validity, pass@k, and the
 distance to the filtered model p* (KL(p*‖π(·|valid)), effective number of valid answers, p*-mass covered).
-``<out>/report.md`` puts what the full benchmark found (docs/collapse.md) above the demo's own tables. Resumable
+``<out>/report.md`` puts what the full benchmark found (docs/study/collapse.md) above the demo's own tables. Resumable
 like the benchmark: a rerun skips every finished run.
 """
 
@@ -24,7 +24,7 @@ from rlvr_div.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "bench" / "demo.yaml"
-FINDINGS = ROOT / "docs" / "collapse.md"
+FINDINGS = ROOT / "docs" / "study" / "collapse.md"
 REPORT = "report.md"
 
 
@@ -54,7 +54,7 @@ def check_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def findings(path: Path = FINDINGS) -> list[str]:
-    """The findings block of docs/collapse.md (between ``<!-- findings -->`` and ``<!-- /findings -->``)."""
+    """The findings block of docs/study/collapse.md (between ``<!-- findings -->`` and ``<!-- /findings -->``)."""
     if not path.is_file():
         return []
     match = re.search(r"<!-- findings -->\n(.*?)<!-- /findings -->", path.read_text(), re.S)
@@ -87,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Command: `{command.strip()}` ({seconds:.0f} s in this invocation). The full benchmark (every method, "
             "every coefficient, 5 seeds, two tasks) is `make bench-collapse`; its protocol and tables are in "
-            "[docs/collapse.md](../docs/collapse.md).",
+            "[docs/study/collapse.md](../docs/study/collapse.md).",
             "",
             "## What the full benchmark found",
             "",
         ]
-        lines += findings() or ["(docs/collapse.md has no findings block yet)"]
+        lines += findings() or ["(docs/study/collapse.md has no findings block yet)"]
         lines += ["", "## This demo's runs", ""]
         tables_lines = tables.read_text().splitlines()[1:]  # without its title, each heading a level lower
         lines += [("#" + line) if re.match(r"#+ ", line) else line for line in tables_lines]

@@ -1,4 +1,5 @@
-"""The real-LM study's report (issue 25; docs/collapse.md, "A real pretrained LM"): ``report.md`` and ``report.json``.
+"""The real-LM study's report (issue 25; docs/study/collapse.md, "A real pretrained LM"): ``report.md``
+and ``report.json``.
 
 ``python -m collapse_bench.real_lm_report --config bench/real_lm.yaml --out bench/results/real_lm/study`` reads the
 finished runs of ``rlvr-div beta-study --config bench/real_lm.yaml`` (nothing is trained or loaded) and writes

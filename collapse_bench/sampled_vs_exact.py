@@ -2,8 +2,9 @@
 the policy that drew them (the policy after s − 1 updates, measured by teacher forcing after step s − 1).
 
 The collapse benchmark measures its path every 10 steps; comparing the rollouts of steps 1–10 with the path's points
-at 0 and 10 misses the first updates, which lower validity before they raise it (docs/collapse.md, "Sampled and exact
-validity"). ``bench/bench_sampled_vs_exact.py`` prints the comparison; the tests check the agreement."""
+at 0 and 10 misses the first updates, which lower validity before they raise it (docs/study/collapse.md,
+"Sampled and exact validity"). ``bench/bench_sampled_vs_exact.py`` prints the comparison; the tests check the
+agreement."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class ValidityTargetController:
     The inverse law is the natural one at the tilted optimum (d logit μ / d(1/β) = 1 there). A GRPO trainer is far
     from its optimum: its validity moves at a pace set by the learning rate, and β acts on that pace only once
     β·∇KL competes with the (group-normalised) advantages, through relative changes of β; at 1/β ≈ 10–30 the
-    inverse law changes β by ~1% per step. On the tiny model (docs/theory.md §2.1) β in 0.03–0.1 barely slows the
+    inverse law changes β by ~1% per step. On the tiny model (docs/study/theory.md §2.1) β in 0.03–0.1 barely slows the
     policy and 0.2–1 does; the recipe uses the log law with a floor beta_min = 0.1, and a target (0.4) that the
     policy reaches within the run: no β can hold a target the policy does not reach.
     """

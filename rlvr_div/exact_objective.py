@@ -1,5 +1,5 @@
 """The KL-regularised objective computed exactly on an enumerable valid set, and gradient ascent on it with no
-sampling at all: the sampling-free arm of the β study (docs/collapse.md).
+sampling at all: the sampling-free arm of the β study (docs/study/collapse.md).
 
 For a prompt x with valid set V(x), policy π and base a, teacher forcing every y ∈ V(x) followed by EOS gives
 π(y|x) and a(y|x) exactly (:mod:`rlvr_div.exact`), hence μ(x) = Σ_{y∈V} π(y|x) and A(x) = Σ_{y∈V} a(y|x). Lump every

@@ -165,7 +165,7 @@ def test_the_reported_numbers_on_the_clean_subset():
     lora = [round(c[f"countries_lora_{v}"]["clean_subset"]["arms"]["grpo"]["vs_base"]["64"]["mean"], 2)
             for v in ("all", "r4", "r64", "lr1e-4")]  # fmt: skip
     assert lora == [-5.09, -2.22, -1.08, 1.17]
-    docs = " ".join((ROOT / "docs" / "collapse.md").read_text().split())
+    docs = " ".join((ROOT / "docs" / "study" / "collapse.md").read_text().split())
     command = "python -m collapse_bench.countries_leakage --out bench/results/real_lm/countries_leakage"
     for text in ("2.45 to 3.74 of the 15 clean held-out problems at k = 64 in all 5 seeds", "0.776 → 0.579 ± 0.040",
                  "1.80 → 1.61 ± 0.17", "lower in 4 of 5 seeds", "2.08 → 1.59 ± 0.14, 5 of 5", "2.18 → 1.57 ± 0.03",

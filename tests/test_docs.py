@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 PAGES = [ROOT / "README.md", *DOCS]
 RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
 

@@ -1,4 +1,4 @@
-"""The findings of docs/collapse.md checked against the committed report files (collapse.json): a number or a
+"""The findings of docs/study/collapse.md checked against the committed report files (collapse.json): a number or a
 quantifier ("most", "no cell", "every seed") that stops being true fails here."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collapse_bench.pooled_holm import block_rows, pooled
 from collapse_bench.stats import sign_flip_p
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "collapse.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "study" / "collapse.md"
 
 
 def _report(name: str) -> dict:
@@ -27,10 +27,10 @@ def _report(name: str) -> dict:
 
 
 def _finding(number: int) -> str:
-    """Finding `number` of docs/collapse.md, whitespace collapsed: the sentence a test checks must still say it."""
+    """Finding `number` of docs/study/collapse.md, whitespace collapsed: what a test checks must still be said."""
     block = re.search(r"<!-- findings -->\n(.*?)<!-- /findings -->", DOCS.read_text(), re.S).group(1)
     match = re.search(rf"^{number}\. (.*?)(?=^\d+\. |^\*\*|\Z)", block, re.S | re.M)
-    assert match, f"docs/collapse.md has no finding {number}"
+    assert match, f"docs/study/collapse.md has no finding {number}"
     return " ".join(match.group(1).split())
 
 
@@ -263,8 +263,8 @@ def test_findings_4_and_5_pooled_holm_over_the_14_tests_and_the_numbers_of_their
 
 
 def test_finding_4_routes_robustness_block():
-    """Finding 4 (R5 of docs/collapse_details.md): MARA's claim holds in every setting of the robustness block, α-DPG's
-    in three of five; stock GRPO loses `long` problems in every setting."""
+    """Finding 4 (R5, docs/study/collapse_details.md): MARA's claim holds in every setting of the robustness block,
+    α-DPG's in three of five; stock GRPO loses `long` problems in every setting."""
     report = _report("collapse_routes_robust")
     claimed = {
         t: sorted(n for n, d in e["primary"]["rows"].items() if d["claimed"]) for t, e in report["tasks"].items()
@@ -292,7 +292,7 @@ def test_finding_4_routes_robustness_block():
 
 
 def test_finding_5_two_more_pretraining_seeds_of_the_base():
-    """Finding 5 (R6 of docs/collapse_details.md): on tiny3-seed1 and tiny3-seed2 both remedies are claimed against
+    """Finding 5 (R6, docs/study/collapse_details.md): on tiny3-seed1 and tiny3-seed2 both remedies are claimed against
     stock GRPO; no α-DPG run loses all 150."""
     for n, grpo_lost, base_long in ((1, 32.8, 0.148), (2, 84.3, 0.047)):
         entry = _report(f"collapse_routes_base_seed{n}")["tasks"]["routes"]
@@ -434,7 +434,7 @@ def _end_runs(name: str, arm: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["between", "countries", "countries_gemma"])
 def test_finding_15_real_lms_grpo_ends_below_the_base_and_no_declared_test_is_supported(name):
-    """Finding 15 and docs/collapse_details.md "What transfers": stock GRPO ends with fewer effective answers than
+    """Finding 15 and docs/study/collapse_details.md "What transfers": stock GRPO ends with fewer effective answers than
     the base; the declared primary comparison is supported at no level; the shifted verifier's difference at
     matched validity 0.8 includes 0."""
     report = _real_lm(name)

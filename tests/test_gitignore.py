@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # --output-dir X, --output_dir X, --out X, --rehearsal_path X (command lines), output_dir: X (recipes)
 OPTION = re.compile(r"--(?:output-dir|output_dir|out|rehearsal_path)[ =]([^\s`'\"|)]+)")
 KEY = re.compile(r"^(?:output_dir|rehearsal_path):\s*(\S+)", re.M)
-# committed benchmark results (docs/collapse.md): tracked on purpose; rules in the top .gitignore keep models and logs
-# out (checked below), where `rlvr-div collapse --fresh`, which empties the directory, cannot delete them
+# committed benchmark results (docs/study/collapse.md), tracked on purpose: rules in the top .gitignore keep models
+# and logs out (checked below), where `rlvr-div collapse --fresh`, which empties the directory, cannot delete them
 TRACKED_RESULTS = ("bench/results/",)
 
 
@@ -27,7 +27,7 @@ def tracked_results(path: str) -> bool:
 def written_paths() -> list[tuple[str, str]]:
     """(where, path) for every relative output path the README, docs, Makefile and recipes name."""
     out = []
-    for page in [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]:
         out += [(page.name, p) for p in OPTION.findall(page.read_text(encoding="utf-8"))]
     for recipe in sorted((ROOT / "recipes").rglob("*.yaml")):
         out += [(recipe.relative_to(ROOT).as_posix(), p) for p in KEY.findall(recipe.read_text(encoding="utf-8"))]

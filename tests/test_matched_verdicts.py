@@ -48,7 +48,7 @@ def test_on_routes_the_referees_matched_reading_and_mara_beyond_grpos_range(tmp_
         cells["mara_01"]["held_end"] > 0.9
         and cells["mara_01"]["kl_pstar"]["mean"] > 10 * cells["grpo"]["kl_pstar"]["mean"]
     )
-    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "collapse.md").read_text().split())
+    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "study" / "collapse.md").read_text().split())
     assert "Pass@k Training −0.005" in docs and "PKPO +0.033" in docs
     four = [gain[c] for c in ("reverse_kl_1", "forward_kl_1", "sequence_kl_03", "dph_forward_kl_05")]
     assert (

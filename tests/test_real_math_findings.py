@@ -1,4 +1,4 @@
-"""What docs/real_math.md and the README say of the real-math study, checked against its committed per-run files
+"""What docs/study/real_math.md and the README say of the real-math study, checked against its committed per-run files
 (``base.json``, ``runs/*/seed*/result.json``): recomputed here from the per-problem counts, not read off the report."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "bench" / "results" / "real_math" / "smollm2"
-DOCS = ROOT / "docs" / "real_math.md"
+DOCS = ROOT / "docs" / "study" / "real_math.md"
 
 
 def _pass(n: int, c: int, k: int) -> float:

@@ -32,7 +32,7 @@ HUB_FIXTURES = {  # (hub id, split) -> a local file of the same format
     ("openai/gsm8k", "train"): FIXTURES / "gsm8k_train.jsonl",
     ("DigitalLearningGmbH/MATH-lighteval", "train"): FIXTURES / "math_train.jsonl",
 }
-DOCS = sorted([*REPO.glob("*.md"), *(REPO / "docs").glob("*.md"), *(REPO / "launch").glob("*.md")])
+DOCS = sorted([*REPO.glob("*.md"), *(REPO / "docs").rglob("*.md"), *(REPO / "launch").glob("*.md")])
 
 
 def _ids(p: Path) -> str:

@@ -52,7 +52,7 @@ def test_the_verifier_accepts_exactly_the_enumerated_valid_set():
 
 def test_the_base_profile_measures_a_split_subset_of_a_path_model(tmp_path, tiny_path):
     """``python -m collapse_bench.base_profile`` with ``--splits`` (a task without a validation split) and a model
-    given as a path: the numbers the skew table of docs/collapse_details.md is made of."""
+    given as a path: the numbers the skew table of docs/study/collapse_details.md is made of."""
     import json
     import math
 

@@ -51,7 +51,7 @@ def entry(name: str) -> TRLName:
 
 def test_the_installed_trl_matches_the_seam():
     problems = check_seam()
-    assert not problems, "TRL differs from rlvr_div/trainers/trl_seam.py (docs/methods.md, 'The TRL seam'):\n" + (
+    assert not problems, "TRL differs from rlvr_div/trainers/trl_seam.py (docs/contributing.md, 'The TRL seam'):\n" + (
         "\n".join(problems)
     )
 

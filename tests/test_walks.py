@@ -1,5 +1,5 @@
 """Walks (``tests/walks.py``, issue 34): the tracer's counting rules on a known path, and the walk of ``rlvr-div
-train``'s argv on the tiny base up to TRL's ``train()``, whose re-entries are each a decision (docs/methods.md)."""
+train``'s argv on the tiny base up to TRL's ``train()``, whose re-entries are each a decision (docs/contributing.md)."""
 
 import tempfile
 
@@ -48,7 +48,7 @@ def test_train_walk_from_argv_to_trl(tiny_path):
     """Measured at the commit that added it: 41 stays in 20 rooms. ``recipe`` is entered twice from ``train`` (parse
     and validate in ``main``; the task's and rewards' settings in ``build_trainer``) and ``preflight`` four times
     (from ``parse_recipe``, the per-field converter, ``validate``, and ``train.main`` for vLLM); a new entry is a
-    change of the flow to look at, not noise (docs/methods.md, "Walks")."""
+    change of the flow to look at, not noise (docs/contributing.md, "Walks")."""
     with tempfile.TemporaryDirectory() as out:
         walk = train_walk(["--config", str(ROOT / "recipes" / "tiny" / "grpo.yaml"), "--model_name_or_path", tiny_path,
                            "--output_dir", out])  # fmt: skip

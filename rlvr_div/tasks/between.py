@@ -15,8 +15,8 @@ with no EOS after it (``TaskSpec.ends_with_eos`` False): the newline ends the an
 Why completion-style rather than the chat template: through SmolLM2-135M-Instruct's chat template the model answers
 in prose (exact validity below 0.01 for the same question with a one-line system prompt), and a chat prompt with
 two worked turns costs about 85 tokens instead of 41 for a validity that stays under 0.2; the two-line prefix costs
-41 tokens and the base's exact validity is about 0.2–0.5 (docs/collapse.md, real-LM section), with a p* spread over
-every integer in the range but not uniform.
+41 tokens and the base's exact validity is about 0.2–0.5 (docs/study/collapse.md, real-LM section), with a p* spread
+over every integer in the range but not uniform.
 
 Prompts: a in 10..70, b = a + w with w in {10, 15, 20, 25} (the two example pairs excluded); split by a mod 4: {0, 1}
 → train, 2 → validation, 3 → test, so held-out prompts have lower bounds the training set never shows.

@@ -14,7 +14,7 @@ exact measurement (:mod:`rlvr_div.exact`) teacher-forces each of them with no EO
 
 Why it is skewed: a pretrained model knows some countries far better than others (for "F", France before Fiji), so
 the base's filtered model p* is far from uniform over the valid names, which `between` (near-uniform over the
-integers of a range) is not. Measured with ``bench/real_lm_task_skew.py`` (docs/collapse_details.md, "A real LM").
+integers of a range) is not. Measured with ``bench/real_lm_task_skew.py`` (docs/study/collapse_details.md, "A real LM").
 
 Prompts: every prefix of one or two letters that at least 2 accepted names start with, except the examples' "B" and
 "N" (66 prefixes); split by the prefix's position in sorted order, even → train, odd → test (33 each: the real-LM

@@ -40,7 +40,7 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
 Its module assigns ``PLUGINS`` (its plug-in classes) and ``ORDER`` (an integer: the plug-ins' checks, hooks and loss
 terms run in ``ORDER``); :func:`plugin_modules` finds every such module of the package, so nothing else registers it.
 The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a method is a new module, its
-recipe, its docs row and its tests, and deleting them removes it (docs/methods.md, "Adding a method").
+recipe, its docs row and its tests, and deleting them removes it (docs/contributing.md, "Adding a method").
 """
 
 from __future__ import annotations

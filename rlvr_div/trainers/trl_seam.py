@@ -6,7 +6,7 @@ An override of a method TRL renamed never runs, and nothing fails: ``tests/test_
 :func:`check_seam` (each name exists, each method keeps its parameter names, each TRL function that must still call
 or use the name does) and :func:`unlisted_overrides` on the project's trainers (a new ``_``-override of a TRL name
 must be listed here). On a TRL upgrade: run that test, and for each name it reports read TRL's new code, adapt the
-override or access, then update its entry here (docs/methods.md, "The TRL seam").
+override or access, then update its entry here (docs/contributing.md, "The TRL seam").
 
 Private state (``_metrics``, ``_logs``, the entropy controller's) is read and written, and the per-token forward
 called, only through the accessors at the end of this module, which also holds the two patches of a run (the
