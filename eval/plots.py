@@ -101,7 +101,7 @@ def plot_pass_at_k(results: Mapping[str, Mapping[str, Any]], path: Path, base: s
     sampling = f", T={first['temperature']}, top_p={first['top_p']}" if "temperature" in first else ""
     ax.set_title(f"{first.get('task') or 'samples'} ({first.get('split') or 'file'}): pass@k{sampling}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -148,17 +148,19 @@ def plot_accuracy_panels(accuracy: Mapping[str, Mapping[int, float]], path: Path
         ax.set_ylabel("problems", fontsize=9)
     fig.suptitle(f"Per-problem accuracy c/n{f' (grey: {base})' if len(names) > 1 else ''}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
 def plot_accuracy_vs_base(accuracy: Mapping[str, Mapping[int, float]], path: Path, base: str) -> None:
     """One panel per trained model: its per-problem accuracy against the base's on the problems both evaluated;
-    a marker's area grows with the number of problems at that point; the diagonal is "no change"."""
+    a marker's area grows with the number of problems at that point (said in the title only when two or more
+    problems share a point); the diagonal is "no change". Saved with a tight bounding box, so no label is cut."""
     plt = _pyplot()
     others = [n for n in accuracy if n != base]
     fig, axes = _grid(len(others))
     b = accuracy[base]
+    most = 1  # the most problems at one point of any panel
     for ax, name in zip(axes, others):
         m = accuracy[name]
         common = sorted(set(b) & set(m))
@@ -170,6 +172,7 @@ def plot_accuracy_vs_base(accuracy: Mapping[str, Mapping[int, float]], path: Pat
         xs = np.array([p[0] for p in points])
         ys = np.array([p[1] for p in points])
         sizes = np.array([12 + 10 * (c - 1) for c in points.values()])
+        most = max(most, *points.values())
         kind = [
             LOST_COLOR if bx > 0 and my == 0 else GAINED_COLOR if bx == 0 and my > 0 else POINT_COLOR
             for bx, my in points
@@ -184,7 +187,8 @@ def plot_accuracy_vs_base(accuracy: Mapping[str, Mapping[int, float]], path: Pat
         ax.set_xlabel(f"{base} c/n", fontsize=9)
         ax.set_ylabel(f"{name} c/n", fontsize=9)
         ax.set_title(f"{name}: up {up}, down {down}\nlost {lost} (red), gained {gained} (green)", fontsize=9)
-    fig.suptitle(f"Per-problem accuracy against {base}\n(marker area: number of problems)", fontsize=10)
+    area = f"\n(marker area: problems at a point, 1 to {most})" if most > 1 else ""
+    fig.suptitle(f"Per-problem accuracy against {base}{area}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

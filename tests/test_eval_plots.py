@@ -93,3 +93,35 @@ def test_one_model_has_no_scatter(tmp_path, figures):
     write_report(tmp_path, _write_eval(tmp_path, {"base": [0, 4, 8, 16]}, 16), "base")
     assert not (tmp_path / SCATTER_PLOT).exists() and SCATTER_PLOT not in (tmp_path / "report.md").read_text()
     assert len(figures[HIST_PLOT].axes) == 1
+
+
+
+def test_the_scatter_says_marker_areas_only_when_they_differ(tmp_path, figures):
+    """One problem per point: every marker has one area, and the title does not describe areas; two problems at one
+    point: it gives the range."""
+    write_report(tmp_path / "one", _write_eval(tmp_path / "one", {"base": [0, 4, 8], "rl": [1, 5, 9]}, 16), "base")
+    assert "marker area" not in figures[SCATTER_PLOT].texts[0].get_text()
+    two = tmp_path / "two"
+    write_report(two, _write_eval(two, {"base": [0, 4, 4, 8], "rl": [1, 5, 5, 9]}, 16), "base")
+    assert "(marker area: problems at a point, 1 to 2)" in figures[SCATTER_PLOT].texts[0].get_text()
+
+
+def test_the_scatter_keeps_long_names_whole(tmp_path, figures):
+    """Long model names make the titles wider than the figure; the saved image grows to hold them (at 120 dpi the
+    figure is 360 px wide, the suptitle about 500)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    from eval.plots import plot_accuracy_vs_base
+
+    base, other = "SmolLM2-135M-Instruct-base", "grpo_seed1_step60_long_name"
+    acc = {base: {0: 0.0, 1: 0.25, 2: 0.5}, other: {0: 0.1, 1: 0.3, 2: 0.5}}
+    plot_accuracy_vs_base(acc, tmp_path / "scatter.png", base)
+    fig = figures["scatter.png"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    texts = [ax.xaxis.label, ax.yaxis.label, ax.title, *fig.texts]
+    widest = max(t.get_window_extent(renderer).width for t in texts) * 120 / fig.dpi
+    assert widest > fig.bbox.width * 120 / fig.dpi  # the names do not fit the figure as drawn
+    width, _ = Image.open(tmp_path / "scatter.png").size
+    assert width >= widest
