@@ -95,7 +95,6 @@ def test_one_model_has_no_scatter(tmp_path, figures):
     assert len(figures[HIST_PLOT].axes) == 1
 
 
-
 def test_the_scatter_says_marker_areas_only_when_they_differ(tmp_path, figures):
     """One problem per point: every marker has one area, and the title does not describe areas; two problems at one
     point: it gives the range."""
