@@ -20,25 +20,10 @@ CARD_FILE = "README.md"
 _BASE_LINE = re.compile(r"fine-tuned version of \[[^\]\n]*\]\([^)\n]*\)")
 
 
-def is_hub_id(reference: str) -> bool:
-    """Whether a model reference names a hub repository: not a built-in tiny base, a ``package:`` GGUF, a tiny
-    base's directory name or a local path (one that exists, starts with ``.``, ``/`` or ``~``, or has two or more
-    slashes)."""
-    from rlvr_div.gguf_packages import PACKAGE
-    from rlvr_div.models import SHIPPED_PREFIX
-    from rlvr_div.tiny_base import TINY_DIR, tiny_spec
-
-    if not reference or tiny_spec(reference) is not None or reference.startswith((PACKAGE, SHIPPED_PREFIX)):
-        return False
-    if TINY_DIR.fullmatch(Path(reference).name) or reference.startswith((".", "/", "~")):
-        return False
-    return reference.count("/") <= 1 and not Path(reference).expanduser().exists()
-
-
 def base_description(reference: str, gguf_file: str | None = None) -> str:
     """The base as the card's sentence names it (markdown): a hub id as a link, ``tiny`` with what an adapter records
     for it, anything else as given; a GGUF file after its directory or repository."""
-    from rlvr_div.models import portable_model_name
+    from rlvr_div.models import is_hub_id, portable_model_name
     from rlvr_div.tiny_base import tiny_spec
 
     gguf = f" (GGUF file `{gguf_file}`)" if gguf_file else ""
@@ -53,6 +38,8 @@ def rewrite_card(path: str | Path, reference: str, gguf_file: str | None = None,
     """Name the base ``reference`` in the card at ``path`` (TRL's draft), and ``model_dir`` in its quick start where
     TRL wrote ``model="None"``; the card's metadata keeps ``base_model`` for a hub id only (the hub validates it)."""
     from huggingface_hub import ModelCard
+
+    from rlvr_div.models import is_hub_id
 
     card = ModelCard.load(path)
     card.data.base_model = reference if is_hub_id(reference) and not gguf_file else None

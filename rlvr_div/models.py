@@ -54,10 +54,10 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
     if shipped != name_or_path and TINY_DIR.fullmatch(shipped):
         return tiny_by_name(shipped, name_or_path, build)
     p = Path(name_or_path).expanduser()
-    looks_local = name_or_path.startswith((".", "/", "~")) or p.exists() or name_or_path.count("/") > 1
-    if not p.exists() and TINY_DIR.fullmatch(p.name) and (looks_local or name_or_path == p.name):
+    local = looks_local(name_or_path)
+    if not p.exists() and TINY_DIR.fullmatch(p.name) and (local or name_or_path == p.name):
         return tiny_by_name(p.name, name_or_path, build)
-    if looks_local:
+    if local:
         if not p.exists():
             raise ConfigError(f"model path {name_or_path!r} does not exist")
         if gguf_file and not (p / gguf_file).exists() and not Path(gguf_file).exists():
@@ -67,6 +67,24 @@ def resolve_model(name_or_path: str, gguf_file: str | None = None, build: bool =
             return str(assembled.parent)
         return str(p)
     return name_or_path
+
+
+def looks_local(name_or_path: str) -> bool:
+    """Whether a model reference reads as a local path: it exists, starts with ``.``, ``/`` or ``~``, or has two or
+    more slashes (a hub id has at most one)."""
+    return (
+        name_or_path.startswith((".", "/", "~"))
+        or Path(name_or_path).expanduser().exists()
+        or name_or_path.count("/") > 1
+    )
+
+
+def is_hub_id(reference: str) -> bool:
+    """Whether :func:`resolve_model` passes a model reference on to the hub: not empty, not ``package:NAME``, not a
+    built-in tiny base by name or by its directory name (``tiny-<spec hash>``), and not a local path."""
+    if not reference or reference.startswith(PACKAGE) or tiny_spec(reference) is not None:
+        return False
+    return not looks_local(reference) and not TINY_DIR.fullmatch(reference)
 
 
 def checkpoint_path(name_or_path: str, gguf_file: str | None = None, revision: str | None = None) -> str:

