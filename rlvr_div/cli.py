@@ -37,8 +37,9 @@ def _commands() -> dict[str, Callable[[list[str] | None], int]]:
 
 
 def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -> int:
-    """Run a subcommand, turning :class:`ConfigError` into one line on stderr and exit code 2, and Ctrl-C into one
-    line (the interrupted command's own message, e.g. ``train``'s resume command) and exit code 130."""
+    """Run a subcommand, turning :class:`ConfigError` and a full device (:func:`rlvr_div.disk_space.out_of_space`)
+    into one line on stderr and exit code 2, and Ctrl-C into one line (the interrupted command's own message, e.g.
+    ``train``'s resume command) and exit code 130."""
     try:
         return int(fn(argv) or 0)
     except ConfigError as e:
@@ -47,6 +48,15 @@ def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -
     except KeyboardInterrupt as e:
         print(f"\n{e}" if str(e) else "\ninterrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    except Exception as e:
+        from rlvr_div.disk_space import out_of_space, written_file
+
+        if not out_of_space(e):
+            raise
+        where = written_file(e)
+        print(f"error: no space left on the device{f' writing {where}' if where else ''}; free space and run the "
+              "same command again", file=sys.stderr)  # fmt: skip
+        return 2
 
 
 def _help(name: str) -> str:

@@ -430,6 +430,7 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     """Cheap checks that must fail before any model loads; with ``check_inputs``, also the files the active plug-ins
     read (:meth:`GRPOPlugin.check_inputs`: not when a command is about to write them, as ``rlvr-div rehearse``)."""
     from rlvr_div import preflight
+    from rlvr_div.disk_space import check_free_space, checkpoint_bytes
     from rlvr_div.models import check_model_settings, resolve_model
     from rlvr_div.rewards import get_reward
     from rlvr_div.rewards.base import check_validity_reward_index
@@ -483,6 +484,8 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
         preflight.check_hub_model(model_path, model.model_revision, filename=script.gguf_file or "config.json")
     if model_path is not None:
         preflight.check_lora_targets(model, model_path)
+    need = checkpoint_bytes(model_path, peft=bool(model.use_peft))
+    check_free_space(training.output_dir, "--output_dir", need, "one checkpoint of this run (weights and Adam state)")
     for plugin in plugins if check_inputs else ():
         plugin.check_inputs(script, training, model)
 

@@ -14,8 +14,8 @@ opened the file just before it was removed finds, once it has the lock, that the
 takes the lock again on the new one. A process that is killed leaves its file, which the next writer takes.
 
 Before the lock is taken, the directory must be writable (:func:`check_writable`): a file given as the directory,
-or a directory (or, not made yet, its nearest existing parent) where a probe file cannot be written, is one line
-before anything is created or loaded.
+or a directory (or, not made yet, its nearest existing parent) where a probe file cannot be written or whose device
+has less than :data:`rlvr_div.disk_space.MIN_FREE_BYTES` free, is one line before anything is created or loaded.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlvr_div.disk_space import check_free_space
 from rlvr_div.errors import ConfigError
 
 _LOCKS: dict[str, Any] = {}  # one FileLock per lock path in this process: flock is per open file, not per process
@@ -109,7 +110,13 @@ def directory_lock(directory: str | os.PathLike, what: str, flag: str) -> Iterat
     try:
         if lock.lock_counter == 1:
             me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what}
-            pid_path.write_text(json.dumps(me) + "\n")
+            try:
+                pid_path.write_text(json.dumps(me) + "\n")
+            except OSError as e:
+                pid_path.unlink(missing_ok=True)
+                fix = "free space or choose another" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "choose another"
+                raise ConfigError(f"cannot write {pid_path} beside {flag} {out} ({e.strerror or e}); {fix} "
+                                  f"{flag}") from None  # fmt: skip
         yield path
     finally:
         if lock.lock_counter == 1:
@@ -132,10 +139,10 @@ def check_writable(directory: str | os.PathLike, flag: str) -> None:
     if not target.is_dir():
         return
     problem = _unwritable(target)
-    if problem is None:
-        return
-    where = f"{flag} {out}" if target == out else f"{target}, where {flag} {out} would be made,"
-    raise ConfigError(f"{where} is not writable ({problem}); choose a writable {flag}")
+    if problem is not None:
+        where = f"{flag} {out}" if target == out else f"{target}, where {flag} {out} would be made,"
+        raise ConfigError(f"{where} is not writable ({problem}); choose a writable {flag}")
+    check_free_space(out, flag)
 
 
 def _unwritable(directory: Path) -> str | None:

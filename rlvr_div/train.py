@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rlvr_div.disk_space import free_bytes, out_of_space
 from rlvr_div.errors import ConfigError
 from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
@@ -225,10 +226,11 @@ def resume_command(argv: list[str], distributed: bool) -> str:
     return shlex.join(prefix + args)
 
 
-def _interrupted(trainer: Any, training: Any, argv: list[str], top_level: bool) -> str:
-    """One line after Ctrl-C: the step reached, what is saved, and the command that resumes."""
+def _interrupted(trainer: Any, training: Any, argv: list[str], top_level: bool, event: str = "interrupted") -> str:
+    """One line after Ctrl-C (or another stop, ``event``): the step reached, what is saved, and the command that
+    resumes."""
     state = trainer.state
-    where = f"interrupted at step {state.global_step}/{state.max_steps}"
+    where = f"{event} at step {state.global_step}/{state.max_steps}"
     last = last_complete_checkpoint(training.output_dir)
     if last is not None:
         saved = f"last complete checkpoint: {os.path.relpath(last)}"
@@ -237,6 +239,16 @@ def _interrupted(trainer: Any, training: Any, argv: list[str], top_level: bool) 
     if not top_level:
         return f"training {where}; {saved}"
     return f"{where}; {saved}; to continue: {resume_command(argv, training.world_size > 1)}"
+
+
+def _out_of_space(e: BaseException, trainer: Any, training: Any, argv: list[str], top_level: bool) -> str:
+    """One line when the device of ``output_dir`` fills up while training or saving: the step reached, what is
+    saved (a checkpoint cut short is skipped on resume: :func:`rlvr_div.run_dir.last_complete_checkpoint`), and the
+    command that resumes once space is freed."""
+    line = _interrupted(trainer, training, argv, top_level, event="stopped")
+    line = line.replace("to continue:", "free space, then:")
+    free = free_bytes(training.output_dir) / 2**20
+    return f"no space left on the device of --output_dir {training.output_dir} ({free:.1f} MB free): {line}"
 
 
 def _summary(trainer: Any, out_dir: str, runtime: float | None, first_step: int = 0) -> str:
@@ -311,6 +323,13 @@ def _run(
             raise SystemExit(130) from None
         _close_step_bar(trainer)
         raise KeyboardInterrupt(_interrupted(trainer, training, argv, top_level)) from None
+    except Exception as e:
+        if not out_of_space(e, out):
+            raise
+        if not main_process:
+            raise SystemExit(2) from None
+        _close_step_bar(trainer)
+        raise ConfigError(_out_of_space(e, trainer, training, argv, top_level)) from None
     if main_process:
         print(_summary(trainer, out, result.metrics.get("train_runtime"), start.step if start.checkpoint else 0))
     if state is not None:  # leave together: a process that exits with its group alive can abort in teardown (gloo)
