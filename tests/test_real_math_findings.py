@@ -131,3 +131,41 @@ def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals)) == (5086, 2071)
     assert "train 5,086 s (84.8 s/step), evals 2,071 s" in words
+
+
+def test_forward_kl_seed1_ends_highest_but_the_registered_primary_does_not_favour_it():
+    base, grpo = _grpo_seed1()
+    fkl, dpg = _run("forward_kl"), _run("alpha_dpg")
+    path = {p["step"]: p for p in fkl["path"]}
+    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.022, 0.045, 0.091]
+    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.3, 0.39, 0.42]
+    b, e = base["test"], fkl["end"]
+    pb = [_pass(b["n"], c, 32) for c in b["c"]]
+    pr = [_pass(e["n"], c, 32) for c in e["c"]]
+    lost = sum(x * (1 - y) for x, y in zip(pb, pr))
+    gained = sum((1 - x) * y for x, y in zip(pb, pr))
+    assert (round(lost, 1), round(gained, 1)) == (9.0, 18.0)
+    ends = {name: _mean_pass(run["end"], 32) for name, run in (("grpo", grpo), ("alpha_dpg", dpg), ("fkl", fkl))}
+    assert max(ends, key=ends.get) == "fkl" and ends["fkl"] > _mean_pass(b, 32)  # "the highest end-point pass@32"
+    report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+    mine = {c["level"]: c for c in report if c["arm"] == "forward_kl"}
+    assert {lv: c["seeds"] for lv, c in mine.items()} == {0.02: [1], 0.03: [1]}
+    assert (round(mine[0.02]["mean"], 2), round(mine[0.03]["mean"], 2)) == (4.65, 3.21)
+    assert all(mine[lv]["mean"] > 0 and not mine[lv]["supported"] for lv in mine)
+    rewards = [r for _, r in fkl["train_reward"]]
+    thirds = [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)]
+    assert thirds == [0.084, 0.155, 0.264]
+    for other in (grpo, dpg):  # "the lowest of the three"
+        theirs = [r for _, r in other["train_reward"]]
+        assert sum(rewards[40:]) < sum(theirs[40:]) and sum(rewards) < sum(theirs)
+    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
+    assert round(sum(solved) / len(solved), 2) == 2.81
+    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (26.0, 4.6)
+    assert (round(_mean_pass(fkl["ood"], 1), 4), round(_mean_pass(fkl["ood"], 8), 2)) == (0.0125, 0.1)
+    timing = json.loads((STUDY / "runs" / "forward_kl" / "seed1" / "timing.json").read_text())["stages"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(timing["train"]["seconds"]), round(evals)) == (4218, 2066)
+    words = _words()
+    assert "**9.0 lost [4.0, 15.0], 18.0 gained [11.0, 26.0]**" in words and "+4.65 and +3.21" in words
+    assert "forward KL at 0.091 and 0.420 (9.0 lost, 18.0 gained)" in words
+    assert "train 4,218 s (70.3 s/step; niced tests ran beside it at times), evals 2,066 s" in words
