@@ -66,6 +66,14 @@ def in_process_executor(command: str, argv: list[str], log: Path) -> None:
 # --------------------------------------------------------------------------------------------- wall time
 
 
+def boot_id() -> str | None:
+    """This boot of this machine (Linux's random boot id), or None where it cannot be read."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 class Timing:
     """A directory's stage wall times in ``timing.json``: per stage the seconds of finished attempts and their count,
     and the attempts cut short (``interrupted``, with the seconds from their start to the last file they wrote)."""
@@ -85,22 +93,27 @@ class Timing:
 
     def recover(self, watch: Path) -> None:
         """An attempt that was running when its driver died: counted as interrupted, with the time from its start to
-        the newest file under ``watch`` (a lower bound of what it ran)."""
+        the newest file under ``watch`` (a lower bound of what it ran) while the machine has not restarted since it
+        started (same boot id). After a restart, or on another machine (a checkout's files are as new as the
+        checkout), file times say nothing of the attempt: it is counted in ``interrupted_unknown`` with no seconds."""
         data = self.read()
         running = data.pop("running", None)
         if running is None:
             return
-        newest = max((p.stat().st_mtime for p in watch.rglob("*") if p.is_file()), default=running["started"])
         entry = self._entry(data, running["stage"])
         entry["interrupted"] += 1
-        entry["interrupted_seconds"] += max(0.0, newest - running["started"])
+        if running.get("boot") is not None and running.get("boot") == boot_id():
+            newest = max((p.stat().st_mtime for p in watch.rglob("*") if p.is_file()), default=running["started"])
+            entry["interrupted_seconds"] += max(0.0, newest - running["started"])
+        else:
+            entry["interrupted_unknown"] = entry.get("interrupted_unknown", 0) + 1
         write_json(self.path, data)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = self.read()
-        data["running"] = {"stage": name, "started": time.time()}
+        data["running"] = {"stage": name, "started": time.time(), "boot": boot_id()}
         write_json(self.path, data)
         t0 = time.perf_counter()
         ok = False

@@ -25,7 +25,7 @@ from collapse_bench.real_math_plan import run_identity, study_runs, train_argv
 from collapse_bench.real_math_report import aggregate, primary, write_report
 from collapse_bench.real_math_runs import BASE, RESULT, Driver
 from collapse_bench.real_math_spec import load_study
-from collapse_bench.real_math_stages import Timing, in_process_executor
+from collapse_bench.real_math_stages import Timing, boot_id, in_process_executor
 from collapse_bench.real_math_stats import hierarchical_interval, sign_flip_p
 from rlvr_div.errors import ConfigError
 
@@ -320,16 +320,24 @@ def test_a_run_of_another_config_is_refused(tmp_path: Path, no_preflight: None) 
         Driver(changed, tmp_path / "out", FakeRlvr()).run()
 
 
-def test_a_driver_killed_mid_stage_leaves_its_time_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same_boot", [True, False])
+def test_a_driver_killed_mid_stage_leaves_its_time_counted(tmp_path: Path, same_boot: bool) -> None:
+    """On the machine and boot that ran it, an interrupted attempt counts up to its newest file; after a restart or
+    on another machine (whose checkout makes every file new: α-DPG seed 1 once counted 52 h so) it counts as
+    interrupted with no seconds, in ``interrupted_unknown``."""
+    boot = boot_id() if same_boot else "another-boot"
     timing = Timing(tmp_path / "timing.json")
-    timing.path.write_text(json.dumps({"stages": {}, "running": {"stage": "train", "started": 1000.0}}))
+    timing.path.write_text(json.dumps({"stages": {}, "running": {"stage": "train", "started": 1000.0, "boot": boot}}))
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     os.utime(tmp_path / "metrics.jsonl", (1030.0, 1030.0))
-    timing.path.touch()
     os.utime(timing.path, (1000.0, 1000.0))
     timing.recover(tmp_path)
     entry = timing.read()["stages"]["train"]
-    assert entry["interrupted"] == 1 and entry["interrupted_seconds"] >= 30.0 and "running" not in timing.read()
+    assert entry["interrupted"] == 1 and "running" not in timing.read()
+    if same_boot and boot is not None:
+        assert 30.0 <= entry["interrupted_seconds"] < 3600 and "interrupted_unknown" not in entry
+    else:
+        assert entry["interrupted_seconds"] == 0.0 and entry["interrupted_unknown"] == 1
 
 
 HOLD = (
