@@ -241,7 +241,7 @@ def _interrupted(trainer: Any, training: Any, argv: list[str], top_level: bool, 
     return f"{where}; {saved}; to continue: {resume_command(argv, training.world_size > 1)}"
 
 
-def _out_of_space(e: BaseException, trainer: Any, training: Any, argv: list[str], top_level: bool) -> str:
+def _out_of_space(trainer: Any, training: Any, argv: list[str], top_level: bool) -> str:
     """One line when the device of ``output_dir`` fills up while training or saving: the step reached, what is
     saved (a checkpoint cut short is skipped on resume: :func:`rlvr_div.run_dir.last_complete_checkpoint`), and the
     command that resumes once space is freed."""
@@ -329,7 +329,7 @@ def _run(
         if not main_process:
             raise SystemExit(2) from None
         _close_step_bar(trainer)
-        raise ConfigError(_out_of_space(e, trainer, training, argv, top_level)) from None
+        raise ConfigError(_out_of_space(trainer, training, argv, top_level)) from None
     if main_process:
         print(_summary(trainer, out, result.metrics.get("train_runtime"), start.step if start.checkpoint else 0))
     if state is not None:  # leave together: a process that exits with its group alive can abort in teardown (gloo)
