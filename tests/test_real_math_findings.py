@@ -24,6 +24,13 @@ def _mean_pass(point: dict, k: int) -> float:
     return sum(_pass(point["n"], c, k) for c in point["c"]) / len(point["c"])
 
 
+def _lost_gained(base_point: dict, run_point: dict, k: int) -> tuple[float, float]:
+    """lost@k = Σ pass_base@k · (1 − pass_run@k), gained@k the reverse, over the problems."""
+    pb = [_pass(base_point["n"], c, k) for c in base_point["c"]]
+    pr = [_pass(run_point["n"], c, k) for c in run_point["c"]]
+    return sum(x * (1 - y) for x, y in zip(pb, pr)), sum((1 - x) * y for x, y in zip(pb, pr))
+
+
 def _grpo_seed1() -> tuple[dict, dict]:
     path = STUDY / "runs" / "grpo" / "seed1" / "result.json"
     if not path.is_file():
@@ -53,15 +60,8 @@ def test_grpo_seed1_raises_pass_at_1_and_lowers_pass_at_32_after_a_rise():
 def test_grpo_seed1_lost_and_gained_against_the_base():
     """lost@k = Σ pass_base@k · (1 − pass_run@k), gained@k the reverse; they cross between k = 8 and k = 32."""
     base, run = _grpo_seed1()
-    b, e = base["test"], run["end"]
-
-    def lost_gained(k: int) -> tuple[float, float]:
-        pb = [_pass(b["n"], c, k) for c in b["c"]]
-        pr = [_pass(e["n"], c, k) for c in e["c"]]
-        return sum(x * (1 - y) for x, y in zip(pb, pr)), sum((1 - x) * y for x, y in zip(pb, pr))
-
-    lost = {k: round(lost_gained(k)[0], 2) for k in (1, 8, 32)}
-    gained = {k: round(lost_gained(k)[1], 2) for k in (1, 8, 32)}
+    lost = {k: round(_lost_gained(base["test"], run["end"], k)[0], 2) for k in (1, 8, 32)}
+    gained = {k: round(_lost_gained(base["test"], run["end"], k)[1], 2) for k in (1, 8, 32)}
     assert lost == {1: 1.35, 8: 6.4, 32: 15.0} and gained == {1: 8.1, 8: 16.44, 32: 11.0}
     assert gained[8] > lost[8] and lost[32] > gained[32]
     words = _words()
@@ -113,10 +113,7 @@ def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_
     assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.062, 0.092]
     assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.33, 0.46, 0.37]
     b, e = base["test"], dpg["end"]
-    pb = [_pass(b["n"], c, 32) for c in b["c"]]
-    pr = [_pass(e["n"], c, 32) for c in e["c"]]
-    lost = sum(x * (1 - y) for x, y in zip(pb, pr))
-    gained = sum((1 - x) * y for x, y in zip(pb, pr))
+    lost, gained = _lost_gained(b, e, 32)
     assert (round(lost, 1), round(gained, 1)) == (13.0, 17.0)
     assert _mean_pass(e, 32) > _mean_pass(grpo["end"], 32) and _mean_pass(e, 32) > _mean_pass(b, 32)
     report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
@@ -140,10 +137,7 @@ def test_forward_kl_seed1_ends_highest_but_the_registered_primary_does_not_favou
     assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.022, 0.045, 0.091]
     assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.3, 0.39, 0.42]
     b, e = base["test"], fkl["end"]
-    pb = [_pass(b["n"], c, 32) for c in b["c"]]
-    pr = [_pass(e["n"], c, 32) for c in e["c"]]
-    lost = sum(x * (1 - y) for x, y in zip(pb, pr))
-    gained = sum((1 - x) * y for x, y in zip(pb, pr))
+    lost, gained = _lost_gained(b, e, 32)
     assert (round(lost, 1), round(gained, 1)) == (9.0, 18.0)
     ends = {name: _mean_pass(run["end"], 32) for name, run in (("grpo", grpo), ("alpha_dpg", dpg), ("fkl", fkl))}
     assert max(ends, key=ends.get) == "fkl" and ends["fkl"] > _mean_pass(b, 32)  # "the highest end-point pass@32"
