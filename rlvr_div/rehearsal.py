@@ -6,9 +6,11 @@ with the reward at ``validity_reward_index`` (correct = score 1), and splits the
 
     D_pef = {x : #correct(x) >= threshold}   (near-perfect; default threshold = k)   and   D_exp = the rest.
 
-For each D_pef prompt one more sample y ~ a(·|x) is drawn and kept only if correct; it is stored with its token ids
-and per-token reference log-probs log a(y_t | x, y_<t) computed at the sampling temperature, so that training needs
-no reference model. The output directory's layout, its checks and the served batches are in
+For each D_pef prompt one more sample y ~ a(·|x) is drawn and kept only if correct (``rehearsal_keep: fresh``, the
+default), or, with ``rehearsal_keep: any_correct``, the first correct of the k when that extra one is not: every D_pef
+prompt keeps one sample, and it is still a draw from a(·|x, correct) (:func:`kept_sample`). The kept sample is stored
+with its token ids and per-token reference log-probs log a(y_t | x, y_<t) computed at the sampling temperature, so
+that training needs no reference model. The output directory's layout, its checks and the served batches are in
 :mod:`rlvr_div.rehearsal_set`; ``samples.jsonl`` gets one line per prompt as soon as it is scored, so a killed run
 resumes where it stopped.
 """
@@ -48,11 +50,29 @@ def _read_done(path: Path) -> dict[int, dict[str, Any]]:
     return done
 
 
+def kept_sample(record: dict[str, Any], keep: str) -> dict[str, Any] | None:
+    """The sample a D_pef prompt's ``record`` keeps (``completion``, ``completion_ids``), or None.
+
+    ``fresh``: the extra (k+1)-th draw if correct. ``any_correct``: that one if correct, else the first correct of the
+    k draws. Either is distributed as a(·|x, correct): the draws are i.i.d., so which of them are correct is independent
+    of which correct answer each one is, and the first correct one is a draw from a(·|x, correct); the extra draw is
+    independent of the k (so P(y) = A·a*(y) + (1 − A)·a*(y) = a*(y), A the prompt's pass rate)."""
+    extra = record["extra"]
+    if extra["correct"]:
+        return extra
+    if keep == "any_correct":
+        for text, ids, ok in zip(record["completions"], record["completion_ids"], record["correct"]):
+            if ok:
+                return {"completion": text, "completion_ids": ids, "correct": True}
+    return None
+
+
 def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: bool = True) -> dict[str, Any]:
     """Run the offline stage for a DPH recipe (parsed by ``rlvr_div.recipe.parse_recipe``) and return the summary.
 
     k + 1 samples per prompt come from one reproducible stream per prompt (``rlvr_div.sampling``): samples 0..k−1
-    decide the split, sample k is the extra draw that is kept for a D_pef prompt when it is correct. A sample is
+    decide the split, sample k is the extra draw that is kept for a D_pef prompt when it is correct (with
+    ``rehearsal_keep: any_correct``, else the first correct of the k: :func:`kept_sample`). A sample is
     correct when the reward at ``validity_reward_index`` scores it 1 (the training's notion of valid).
 
     The base is loaded as training loads it (the recipe's ``dtype``, ``attn_implementation``, revision, quantization;
@@ -72,7 +92,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
 
     out = Path(training.rehearsal_path)
     stage = offline_stage(training)
-    k, threshold = stage["k"], stage["threshold"]
+    k, threshold, keep = stage["k"], stage["threshold"], stage["keep"]
     sampling = SamplingConfig(
         n=k + 1,
         temperature=training.temperature,
@@ -98,6 +118,8 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         "dtype": model_args.dtype,
         "mixed_precision": _mixed_precision(training),
     }
+    if keep != "fresh":  # recorded when not the default, so the sets built before the rule existed still resume
+        settings["keep"] = keep
     out.mkdir(parents=True, exist_ok=True)
     settings_file = out / "settings.json"
     if settings_file.exists() and json.loads(settings_file.read_text()) != settings:
@@ -130,6 +152,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
                     "index": item.index,
                     "prompt_ids": item.prompt_ids,
                     "completions": item.completions[:k],
+                    "completion_ids": item.completion_ids[:k],
                     "correct": correct[:k],
                     "c": sum(correct[:k]),
                     "n": k,
@@ -143,7 +166,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
 
     records = [done[i] for i in range(len(dataset))]
     pef = [r for r in records if r["c"] >= threshold]
-    kept = [r for r in pef if r["extra"]["correct"]]
+    kept = [(r, sample) for r in pef if (sample := kept_sample(r, keep)) is not None]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ref_logps: list[list[float]] = []
     if kept:
@@ -151,8 +174,8 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         with _autocast(training, device):
             ref_logps = token_logprobs(
                 model,
-                [r["prompt_ids"] for r in kept],
-                [r["extra"]["completion_ids"] for r in kept],
+                [r["prompt_ids"] for r, _ in kept],
+                [sample["completion_ids"] for _, sample in kept],
                 temperature=sampling.temperature,
                 pad_token_id=pad,
                 progress=progress,
@@ -161,12 +184,12 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         [
             {
                 "prompt": dataset[r["index"]]["prompt"],
-                "completion": r["extra"]["completion"],
+                "completion": sample["completion"],
                 "prompt_ids": r["prompt_ids"],
-                "completion_ids": r["extra"]["completion_ids"],
+                "completion_ids": sample["completion_ids"],
                 "ref_logps": lp,
             }
-            for r, lp in zip(kept, ref_logps)
+            for (r, sample), lp in zip(kept, ref_logps)
         ]
     )
     pef_set = {r["index"] for r in pef}

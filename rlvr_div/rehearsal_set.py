@@ -54,8 +54,8 @@ def check_rehearsal(
 ) -> dict[str, Any]:
     """Validate a rehearsal set against the model, tokenizer and sampling temperature about to be trained, before
     training starts (its reference log-probs are log a(y_t|·) at the temperature it was sampled at), and against the
-    offline-stage settings a training recipe gives (``stage``: ``{"k" | "threshold" | "top_p": (recipe key, value)}``):
-    the set decided them, so a different value would be ignored."""
+    offline-stage settings a training recipe gives (``stage``: ``{"k" | "threshold" | "top_p" | "keep": (recipe key,
+    value)}``): the set decided them, so a different value would be ignored."""
     summary = read_summary(path)
     if summary.get("n_rehearsal", 0) == 0:
         raise ConfigError(
@@ -77,6 +77,8 @@ def check_rehearsal(
         )
     for name, (key, value) in (stage or {}).items():
         stored = summary.get("sampling", {}).get(name) if name == "top_p" else summary.get(name)
+        if name == "keep" and stored is None:
+            stored = "fresh"  # a set that records no rule kept the fresh sample (the only rule before there were two)
         if stored != value:
             raise ConfigError(
                 f"{key}={value} differs from the rehearsal set's {name} = {stored} (`rlvr-div rehearse` decided it "

@@ -472,13 +472,80 @@ def test_offline_stage_keys_left_unset_at_train_are_the_sets(rehearsal_dir):
     from rlvr_div.rehearsal_set import check_rehearsal
     from rlvr_div.trainers.dph import given_offline_stage, offline_stage
 
-    unset = SimpleNamespace(rehearsal_k=None, rehearsal_threshold=None, rehearsal_top_p=None)
-    assert given_offline_stage(unset) == {} and offline_stage(unset) == {"k": 8, "threshold": 8, "top_p": 1.0}
+    unset = SimpleNamespace(rehearsal_k=None, rehearsal_threshold=None, rehearsal_top_p=None, rehearsal_keep=None)
+    assert given_offline_stage(unset) == {}
+    assert offline_stage(unset) == {"k": 8, "threshold": 8, "top_p": 1.0, "keep": "fresh"}
     assert check_rehearsal(rehearsal_dir, stage=given_offline_stage(unset))["threshold"] == 6
-    same = SimpleNamespace(rehearsal_k=8, rehearsal_threshold=6, rehearsal_top_p=1.0)
-    check_rehearsal(rehearsal_dir, stage=given_offline_stage(same))
+    same = SimpleNamespace(rehearsal_k=8, rehearsal_threshold=6, rehearsal_top_p=1.0, rehearsal_keep="fresh")
+    check_rehearsal(rehearsal_dir, stage=given_offline_stage(same))  # a set recording no rule kept the fresh sample
     with pytest.raises(ConfigError, match="rehearsal_k=4 differs"):
         check_rehearsal(rehearsal_dir, stage=given_offline_stage(SimpleNamespace(**{**vars(same), "rehearsal_k": 4})))
+    with pytest.raises(ConfigError, match="rehearsal_keep=any_correct differs from the rehearsal set's keep = fresh"):
+        other = SimpleNamespace(**{**vars(same), "rehearsal_keep": "any_correct"})
+        check_rehearsal(rehearsal_dir, stage=given_offline_stage(other))
+
+
+def test_any_correct_keeps_one_sample_for_every_d_pef_prompt(rehearsal_dir, tmp_path):
+    """``rehearsal_keep: any_correct`` on the fixture's samples (copied, so nothing is sampled again): every D_pef
+    prompt keeps a sample, the fresh one where it is correct and else the first correct of the k; the rule is
+    recorded, and a training recipe that asks for the other rule is refused."""
+    from types import SimpleNamespace
+
+    from rlvr_div.errors import ConfigError
+    from rlvr_div.rehearsal_set import check_rehearsal
+    from rlvr_div.trainers.dph import given_offline_stage
+
+    out = tmp_path / "any_correct"
+    out.mkdir()
+    shutil.copy(rehearsal_dir / "samples.jsonl", out / "samples.jsonl")
+    proc = _rehearse(out, "--rehearsal_keep", "any_correct")
+    _, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    fresh = json.loads((rehearsal_dir / "summary.json").read_text())
+    assert summary["keep"] == "any_correct" and "keep" not in fresh
+    assert summary["n_rehearsal"] == summary["n_pef"] == fresh["n_pef"] > fresh["n_rehearsal"]
+    records = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    expected = []
+    for r in records:
+        if r["c"] >= summary["threshold"]:
+            first = r["correct"].index(True)
+            expected.append(r["extra"]["completion_ids"] if r["extra"]["correct"] else r["completion_ids"][first])
+    reh = datasets.load_from_disk(str(out / "rehearsal"))
+    assert [list(row["completion_ids"]) for row in reh] == expected
+    with pytest.raises(ConfigError, match="rehearsal_keep=fresh differs"):
+        fresh_rule = SimpleNamespace(rehearsal_k=None, rehearsal_threshold=None, rehearsal_top_p=None,
+                                     rehearsal_keep="fresh")  # fmt: skip
+        check_rehearsal(out, stage=given_offline_stage(fresh_rule))
+
+
+def test_any_correct_sample_is_a_draw_from_the_filtered_model():
+    """The kept sample of :func:`kept_sample` under ``any_correct`` is distributed as a(·|correct): simulated i.i.d.
+    draws from a known a over 3 correct and 2 incorrect answers, 20,000 D_pef prompts (at least 2 of 4 correct); the
+    kept answers' frequencies are within 0.015 of a*(y) = a(y)/A (their standard error is ≤ 0.0036)."""
+    import random
+
+    from rlvr_div.rehearsal import kept_sample
+
+    a = {"c1": 0.05, "c2": 0.1, "c3": 0.15, "w1": 0.3, "w2": 0.4}
+    correct_mass = a["c1"] + a["c2"] + a["c3"]
+    rng = random.Random(0)
+    counts = dict.fromkeys(("c1", "c2", "c3"), 0)
+    kept_n = 0
+    while kept_n < 20_000:
+        draws = rng.choices(list(a), weights=list(a.values()), k=5)
+        ok = [d.startswith("c") for d in draws]
+        if sum(ok[:4]) < 2:
+            continue
+        record = {"completions": draws[:4], "completion_ids": [[i] for i in range(4)], "correct": ok[:4],
+                  "extra": {"completion": draws[4], "completion_ids": [4], "correct": ok[4]}}  # fmt: skip
+        assert kept_sample(record, "fresh") == (record["extra"] if ok[4] else None)
+        sample = kept_sample(record, "any_correct")
+        assert sample is not None and sample["completion"].startswith("c")
+        counts[sample["completion"]] += 1
+        kept_n += 1
+    for answer, n in counts.items():
+        assert abs(n / kept_n - a[answer] / correct_mass) < 0.015, (answer, n / kept_n)
 
 
 def test_trainer_api_refuses_a_rehearsal_set_of_another_tokenizer(rehearsal_dir, tmp_path, tiny_path):

@@ -14,10 +14,10 @@ micro-steps. The rehearsal rows are stacked under the policy's rows in the one f
 forward and one backward per micro-step, as in GRPO without KL), every token at its own position (see
 :meth:`Rehearsal.forward`); a separate forward is used only where TRL's loss does not score per-token log-probs.
 
-The ``rehearsal_k``, ``rehearsal_threshold``, ``rehearsal_top_p`` and ``rehearsal_sampling_batch_size`` keys are read
-by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`) from the same recipe; the stored set decides
-them for training, so the first three, when a training recipe gives them, must equal the set's (:meth:`Rehearsal.
-check_inputs`; unset, they are taken from the set).
+The ``rehearsal_k``, ``rehearsal_threshold``, ``rehearsal_top_p``, ``rehearsal_keep`` and
+``rehearsal_sampling_batch_size`` keys are read by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`)
+from the same recipe; the stored set decides them for training, so the first four, when a training recipe gives them,
+must equal the set's (:meth:`Rehearsal.check_inputs`; unset, they are taken from the set).
 """
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ class RehearsalArgs:
         default=None,
         metadata={"help": "DPH-RL offline stage: top_p of the sampling; default 1.0. Given to train: the set's."},
     )
+    rehearsal_keep: str | None = field(
+        default=None,
+        metadata={
+            "help": "DPH-RL offline stage: the sample kept for a D_pef prompt: 'fresh' (default; a (k+1)-th "
+            "sample, kept if correct) or 'any_correct' (the fresh one if correct, else the first correct of the k: "
+            "every D_pef prompt keeps one, still a draw from a(.|correct)). Given to train: the set's."
+        },
+    )
     rehearsal_sampling_batch_size: int = field(
         default=256, metadata={"help": "DPH-RL offline stage: sequences per generate call."}
     )
@@ -73,19 +81,26 @@ class RehearsalArgs:
     )
 
 
-DEFAULT_K, DEFAULT_TOP_P = 8, 1.0
+DEFAULT_K, DEFAULT_TOP_P, DEFAULT_KEEP = 8, 1.0, "fresh"
+KEEP_RULES = ("fresh", "any_correct")  # which sample a D_pef prompt keeps (``rehearsal_keep``)
 # the offline stage's settings that the stored set records, by the set's name for each: a training recipe that gives
 # one must match the set (``rehearsal_sampling_batch_size`` only batches the sampling)
-OFFLINE_STAGE_KEYS = {"k": "rehearsal_k", "threshold": "rehearsal_threshold", "top_p": "rehearsal_top_p"}
+OFFLINE_STAGE_KEYS = {
+    "k": "rehearsal_k",
+    "threshold": "rehearsal_threshold",
+    "top_p": "rehearsal_top_p",
+    "keep": "rehearsal_keep",
+}
 
 
 def offline_stage(args: Any) -> dict[str, Any]:
-    """The offline stage's settings as the stored set records them (``k``, ``threshold``, ``top_p``), the defaults
-    filled in: k 8, threshold k, top_p 1.0."""
+    """The offline stage's settings as the stored set records them (``k``, ``threshold``, ``top_p``, ``keep``), the
+    defaults filled in: k 8, threshold k, top_p 1.0, keep 'fresh'."""
     k = DEFAULT_K if args.rehearsal_k is None else args.rehearsal_k
     threshold = k if args.rehearsal_threshold is None else args.rehearsal_threshold
     top_p = DEFAULT_TOP_P if args.rehearsal_top_p is None else args.rehearsal_top_p
-    return {"k": k, "threshold": threshold, "top_p": top_p}
+    keep = DEFAULT_KEEP if args.rehearsal_keep is None else args.rehearsal_keep
+    return {"k": k, "threshold": threshold, "top_p": top_p, "keep": keep}
 
 
 def given_offline_stage(args: Any) -> dict[str, tuple[str, Any]]:
@@ -135,6 +150,8 @@ class Rehearsal(GRPOPlugin):
         DIVERGENCES.get(args.rehearsal_divergence)
         check_divergence_params(args.rehearsal_divergence, **args.divergence_params(args.rehearsal_divergence))
         stage = offline_stage(args)
+        if stage["keep"] not in KEEP_RULES:
+            raise ConfigError(f"rehearsal_keep={stage['keep']!r} is not one of {', '.join(KEEP_RULES)}")
         if stage["threshold"] > stage["k"]:
             raise ConfigError(
                 f"rehearsal_threshold={stage['threshold']} exceeds rehearsal_k={stage['k']}; need rehearsal_threshold "
