@@ -282,10 +282,20 @@ _NAMES_PLUGIN_KEYS = {
 
 
 def _names(path):
-    """Every name a module's source uses as an attribute, a keyword argument or a string, with its line."""
+    """Every name a module's source uses as an attribute, a keyword argument or a string, with its line; the strings of
+    a ``register_plugin(...)`` call aside (its ``after`` names plug-ins, not keys)."""
     import ast
 
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    declared = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "register_plugin"
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in declared:
+            continue
         if isinstance(node, ast.Attribute):
             yield node.attr, node.lineno
         elif isinstance(node, ast.keyword) and node.arg is not None:

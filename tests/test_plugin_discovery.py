@@ -1,13 +1,14 @@
-"""A method is added by its own module alone and removed by deleting it: `rlvr_div.trainers.plugin.plugin_modules`
-finds every module of the package that assigns PLUGINS, in ORDER (issue 34). The test writes a plug-in module into
-the package, checks in a fresh interpreter that its key is a recipe key of `trainer: divergence` and that its hook
-runs in ORDER, then deletes the file and checks that nothing of it is left."""
+"""A method is added by its own module alone, with one decorator, and removed by deleting it:
+`rlvr_div.trainers.plugin.plugin_modules` finds every module of the package that registers a plug-in (issue 34), and
+the plug-ins run in the order their phases and `after` declarations give (issue 59). The test writes a plug-in module
+into the package, checks in a fresh interpreter that its key is a recipe key of `trainer: divergence` and that it runs
+where it declares, then deletes the file and checks that nothing of it is left; and it checks the order the committed
+results were made in where order changes a result or an error."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ MODULE = '''"""A method added by this file alone (tests/test_plugin_discovery.py
 from dataclasses import dataclass, field
 
 from rlvr_div.ranges import NON_NEGATIVE
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, register_plugin
 
 
 @dataclass
@@ -31,6 +32,7 @@ class ProbeArgs:
     probe_coef: float = field(default=0.0, metadata={"help": "the probe's coefficient"})
 
 
+@register_plugin("advantages", after=("simko",))
 class Probe(GRPOPlugin):
     name = "probe"
     Args = ProbeArgs
@@ -39,10 +41,6 @@ class Probe(GRPOPlugin):
     @classmethod
     def active(cls, args):
         return args.probe_coef > 0
-
-
-ORDER = 205
-PLUGINS = (Probe,)
 '''
 
 PROBE = """
@@ -76,35 +74,101 @@ def _remove() -> None:
 
 def test_a_method_is_added_by_its_module_alone_and_removed_by_deleting_it():
     before = _probe()
-    assert not before["has_key"] and before["modules"][0] == "rlvr_div.trainers.distributional"
+    assert not before["has_key"] and before["modules"][0] == "rlvr_div.trainers.covariance_clip"  # by module name
     (PACKAGE / f"{NAME}.py").write_text(MODULE)
     try:
         added = _probe()
     finally:
         _remove()
-    assert added["has_key"] and added["plugins"][-1] == "probe"  # ORDER 205: after sequence_kl (200)
+    assert added["has_key"]
+    simko = added["plugins"].index("simko")  # an advantages plug-in, placed as soon as what it comes after is
+    assert added["plugins"][simko + 1] == "probe"
+    assert [p for p in added["plugins"] if p != "probe"] == before["plugins"]
     assert added["modules"] == before["modules"] + [f"rlvr_div.trainers.{NAME}"]
     assert added["error"] == "probe_coef must be a finite number >= 0, got -1.0"  # its declared range, enforced
     assert _probe() == before
 
 
-def test_a_plug_in_module_without_an_order_is_refused(monkeypatch, tmp_path):
-    import rlvr_div.trainers.plugin as plugin
+def _plugin(name: str, phase: str, after: tuple[str, ...] = ()) -> type:
+    from rlvr_div.trainers.plugin import GRPOPlugin
 
-    package = tmp_path / "probe_pkg"
-    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / f"{NAME}.py").write_text(MODULE.replace("ORDER = 205\n", ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(plugin, "PLUGIN_PACKAGE", "probe_pkg")
-    plugin.plugin_modules.cache_clear()
-    try:
-        with pytest.raises(TypeError, match=f"probe_pkg.{NAME} defines PLUGINS but no integer ORDER"):
-            plugin.plugin_modules()
-        (package / f"{NAME}.py").write_text(MODULE.replace("ORDER = 205", "ORDER = 200"))
-        del sys.modules[f"probe_pkg.{NAME}"]  # imported once without its ORDER: read the file again
-        with pytest.raises(TypeError, match=f"probe_pkg.sequence_kl and probe_pkg.{NAME} share ORDER = 200"):
-            plugin.plugin_modules()
-    finally:
-        plugin.plugin_modules.cache_clear()
-        for mod in [m for m in sys.modules if m == "probe_pkg" or m.startswith("probe_pkg.")]:
-            del sys.modules[mod]
+    return type(name, (GRPOPlugin,), {"name": name, "phase": phase, "after": after, "__module__": f"m.{name}"})
+
+
+def test_the_order_is_after_then_phase_then_module_name():
+    from rlvr_div.trainers.plugin import plugin_order
+
+    a, b = _plugin("a", "callbacks"), _plugin("b", "advantages", after=("c",))
+    c, d = _plugin("c", "loss_term"), _plugin("d", "advantages")
+    assert [p.name for p in plugin_order([a, b, c, d])] == ["d", "c", "b", "a"]
+    with pytest.raises(TypeError, match="plug-in 'b' comes after 'c', which is no plug-in"):
+        plugin_order([a, b, d])
+    e, f = _plugin("e", "advantages", after=("f",)), _plugin("f", "advantages", after=("e",))
+    with pytest.raises(TypeError, match="plug-ins e, f come after one another in a cycle"):
+        plugin_order([a, e, f])
+
+
+def test_register_plugin_refuses_what_a_plug_in_cannot_be():
+    import torch
+
+    from rlvr_div.trainers.plugin import GRPOPlugin, plugin_classes, register_plugin
+
+    assert "mara" in [c.name for c in plugin_classes()]  # the package's plug-ins are registered
+    with pytest.raises(TypeError, match="unknown plug-in phase 'loss'"):
+        register_plugin("loss")
+
+    class Terms(GRPOPlugin):
+        name = "terms_probe"
+
+        def loss_term(self, model, inputs):
+            return torch.zeros(())
+
+    with pytest.raises(
+        TypeError, match="'terms_probe' of phase 'advantages' implements 'loss_term', a hook of another"
+    ):
+        register_plugin("advantages")(Terms)
+
+    class Twin(GRPOPlugin):
+        name = "mara"
+
+    with pytest.raises(TypeError, match=r"plug-ins rlvr_div\.trainers\.mara\.Mara and .*Twin share the name 'mara'"):
+        register_plugin("advantages")(Twin)
+
+
+def test_the_order_where_it_changes_a_result_or_an_error():
+    """What depends on the order, declared by `after`: the loss terms are added in the order the committed runs added
+    them (divergence, DPH-RL's rehearsal, SimKO); α-DPG takes TRL's beta before the divergence term reads it; every
+    plug-in that asks for a KL penalty or a log-prob penalty prepares after the plug-ins that own it; the
+    `reward_shaping` key is checked before any shaping (an unknown name is reported as such)."""
+    from rlvr_div.trainers.plugin import kl_penalties, plugin_classes
+    from rlvr_div.trainers.reward_shaping import RewardShaping
+
+    order = [c.name for c in plugin_classes()]
+    terms = [c.name for c in plugin_classes() if c.phase == "loss_term" and c.name != "covariance_penalty"]
+    assert terms == ["divergence", "dph_rehearsal", "simko"]
+    assert order.index("dpg") < order.index("divergence")
+    readers = [c.name for c in plugin_classes() if "kl_penalties(" in __import__("inspect").getsource(
+        __import__(c.__module__, fromlist=["_"]))]  # fmt: skip
+    assert set(readers) >= {"mara", "prorl", "sequence_kl", "validity_target"} and kl_penalties
+    assert all(order.index(r) > order.index("divergence") for r in readers)
+    assert order.index("simko") > max(order.index("divergence"), order.index("covariance_penalty"))
+    shapings = [c.name for c in plugin_classes() if issubclass(c, RewardShaping)]
+    assert len(shapings) >= 11 and all(order.index(s) > order.index("reward_shaping") for s in shapings)
+
+
+def test_the_how_to_shows_the_real_method():
+    """docs/contributing.md's example is rlvr_div/trainers/sequence_kl.py, abridged: every code line of the snippet
+    (comments and the help text aside) is a line of the module."""
+    import re
+
+    docs = (ROOT / "docs" / "contributing.md").read_text()
+    snippet = re.search(r"## Adding a method\n.*?```python\n(.*?)```", docs, re.S).group(1)
+
+    def bare(line: str) -> str:  # a line without its comment; a def by its name (the module's has type hints)
+        line = line.split("  #")[0].strip()
+        return line.split("(")[0] if line.startswith("def ") else line
+
+    source = {bare(line) for line in (PACKAGE / "sequence_kl.py").read_text().splitlines()}
+    code = [bare(line) for line in snippet.splitlines()]
+    code = [line for line in code if line and line != "..." and "metadata=" not in line]
+    assert len(code) >= 15 and [line for line in code if line not in source] == []

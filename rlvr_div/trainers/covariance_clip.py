@@ -39,7 +39,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
+from rlvr_div.trainers.plugin import GRPOPlugin, LossFn, register_plugin
 
 COVARIANCE_PENALTIES = ("none", "clip_cov", "kl_cov")
 
@@ -234,6 +234,7 @@ def check_covariance_penalty(args: Any) -> None:
         )
 
 
+@register_plugin("loss_term")
 class CovariancePlugin(GRPOPlugin):
     """Clip-Cov / KL-Cov around the whole training loss (``covariance_penalty``)."""
 
@@ -273,7 +274,3 @@ class CovariancePlugin(GRPOPlugin):
             return self.penalty.loss(model, inputs, loss, lambda *a: aggregate(trainer, *a), log)
 
         return restricted
-
-
-ORDER = 40  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (CovariancePlugin,)

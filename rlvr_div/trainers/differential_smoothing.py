@@ -38,6 +38,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
@@ -86,6 +87,7 @@ def check_differential_smoothing(args: Any) -> None:
         raise ConfigError("ds_gamma_p and ds_gamma_n are both 0: differential smoothing would be plain GRPO")
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class DifferentialSmoothing(RewardShaping):
     """TRL's group advantages of a training batch, then the DS-GRPO correction from π_old's sequence log-probs."""
 
@@ -115,7 +117,3 @@ class DifferentialSmoothing(RewardShaping):
             metrics["ds/correct_logp"].append(seq[correct].mean().item())
         metrics["ds/correction_abs"].append((shaped - base).abs().mean().item())
         return shaped
-
-
-ORDER = 140  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (DifferentialSmoothing,)

@@ -61,7 +61,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, policy_logps_no_grad
 from rlvr_div.trainers.entropy_bonus import entropy_bonus
-from rlvr_div.trainers.plugin import GRPOPlugin, LossFn
+from rlvr_div.trainers.plugin import GRPOPlugin, LossFn, register_plugin
 
 DPG_DIVERGENCES = ("alpha", "forward_kl", "js")
 REF_BETA = 1.0  # TRL's `beta` while training with DPG: only switches on TRL's reference log-probs, never a KL term
@@ -256,6 +256,7 @@ class DPGArgs:
     )
 
 
+@register_plugin("loss_replacement")
 class DPG(GRPOPlugin):
     """α-DPG / f-DPG as the whole objective: its advantages replace TRL's and its loss replaces GRPO's (see the
     module docstring); TRL supplies generation, rewards and the reference log-probs (``reference_coef``)."""
@@ -264,7 +265,6 @@ class DPG(GRPOPlugin):
     Args = DPGArgs
     selected_by = "trainer: dpg"
     switches = ("dpg",)
-    replaces_loss = True
 
     def __init__(self, trainer: Any) -> None:
         super().__init__(trainer)
@@ -387,10 +387,6 @@ class DPG(GRPOPlugin):
             w = torch.exp((seq.detach() - old_seq).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
             trl_seam.metrics(trainer, mode)["dpg/is_weight_mean"].append(trainer.accelerator.gather(w).mean().item())
         return loss
-
-
-PLUGINS = (DPG,)
-ORDER = 5  # first: its check takes TRL's beta before the divergence term reads it (rlvr_div/trainers/plugin.py)
 
 
 def __getattr__(name: str) -> Any:

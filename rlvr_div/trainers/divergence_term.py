@@ -33,7 +33,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import aggregate, completion_mask, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin, loss_replacers
+from rlvr_div.trainers.plugin import GRPOPlugin, loss_replacers, register_plugin
 
 GRADIENT_FORMS = ("ratio", "plain")
 
@@ -110,6 +110,7 @@ def resolve_gradient(args: Any) -> None:
     args.use_bias_correction_kl = args.divergence_gradient == "ratio"
 
 
+@register_plugin("loss_term", after=("dpg",))
 class DivergenceTerm(GRPOPlugin):
     """Adds ``divergence_coef · agg_t(d_t)`` to the loss, d_t computed from the loss forward's own log-probs."""
 
@@ -191,7 +192,3 @@ class DivergenceTerm(GRPOPlugin):
         if self.trainer.importance_sampling_level == "sequence":
             log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
         return torch.exp(log_ratio)
-
-
-ORDER = 10  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (DivergenceTerm,)

@@ -35,7 +35,7 @@ from rlvr_div.errors import ConfigError, relative_path_hint
 from rlvr_div.logprobs import completion_logprobs
 from rlvr_div.ranges import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, register_plugin
 
 
 @dataclass
@@ -116,6 +116,7 @@ def _completion_columns(offsets: torch.Tensor, batch: dict[str, torch.Tensor]) -
     return offsets.unsqueeze(1) + torch.arange(width, device=offsets.device)
 
 
+@register_plugin("loss_term", after=("divergence",))
 class Rehearsal(GRPOPlugin):
     """The rehearsal term: folds a shard of stored samples into the loss forward and adds η·mean_t f(u_t)."""
 
@@ -284,7 +285,3 @@ class Rehearsal(GRPOPlugin):
         metrics[f"rehearsal/{name}"].append(trainer.accelerator.gather(value.detach()).mean().item())
         metrics["rehearsal/nll"].append(trainer.accelerator.gather(nll).mean().item())
         return value / trainer.current_gradient_accumulation_steps
-
-
-ORDER = 20  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (Rehearsal,)

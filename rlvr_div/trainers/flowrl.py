@@ -51,7 +51,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, POSITIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, distributed_backend
-from rlvr_div.trainers.plugin import GRPOPlugin
+from rlvr_div.trainers.plugin import GRPOPlugin, register_plugin
 
 STATE_FILE = "flowrl_log_z.pt"  # the log Z head's weights, in every checkpoint folder
 # the multimodal inputs TRL's loss forward passes on (as its own _compute_loss does): the parameters of the per-token
@@ -226,6 +226,7 @@ def _backbone(model: Any) -> nn.Module:
     return model.base_model
 
 
+@register_plugin("loss_replacement")
 class FlowRL(GRPOPlugin):
     """FlowRL's loss in place of TRL's policy loss, with its log Z head (parameters, optimizer groups, checkpoints)."""
 
@@ -233,7 +234,6 @@ class FlowRL(GRPOPlugin):
     Args = FlowRLArgs
     selected_by = "flowrl: true"
     switches = ("flowrl",)
-    replaces_loss = True  # it takes TRL's group advantages as r̂ and replaces the policy loss
     ranges = {"flowrl_beta": POSITIVE, "flowrl_logz_layers": AT_LEAST_ONE, "flowrl_logz_dropout": HALF_OPEN_UNIT}
 
     def __init__(self, trainer: Any) -> None:
@@ -383,7 +383,3 @@ class FlowRL(GRPOPlugin):
             )
         state = torch.load(path, map_location=self.trainer.accelerator.device, weights_only=True)
         self.head.load_state_dict(state)
-
-
-ORDER = 180  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (FlowRL,)

@@ -4,7 +4,7 @@ are each a plug-in (:mod:`rlvr_div.trainers.plugin`), one module per method.
 
 ``DivergenceGRPOTrainer`` subclasses ``trl.GRPOTrainer`` with the smallest overrides that let plug-ins act, and no
 method of its own: TRL computes the policy loss with its own KL switched off (the divergence term is the
-``divergence`` plug-in, :mod:`rlvr_div.trainers.divergence_term`), and the active plug-ins, in their modules' ORDER,
+``divergence`` plug-in, :mod:`rlvr_div.trainers.divergence_term`), and the active plug-ins, in their order (phases),
 
 - may take over the loss forward (DPH-RL folds its rehearsal rows into it) and see its per-token log-probs, which
   off CUDA/XPU come from the project's forward with the LM head in chunks (loss, reference and π_old alike:
@@ -60,7 +60,7 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for plugin in PLUGIN_CLASSES:  # one-line checks, in their modules' ORDER: the declared ones, then its own
+        for plugin in PLUGIN_CLASSES:  # one-line checks, in plug-in order: the declared ones, then its own
             plugin.check_declared(self)
             plugin.prepare(self)
         check_parameters(self)

@@ -16,7 +16,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import PROBABILITY
 from rlvr_div.trainers.common import sequence_logps
-from rlvr_div.trainers.plugin import kl_penalties
+from rlvr_div.trainers.plugin import kl_penalties, register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
@@ -60,6 +60,7 @@ def mara_rewards(
     return shaped.reshape(-1)
 
 
+@register_plugin("advantages", after=("reward_shaping", "divergence"))
 class Mara(RewardShaping):
     name = "mara"
     Args = MaraArgs
@@ -97,7 +98,3 @@ class Mara(RewardShaping):
         trainer = self.trainer
         ref = sequence_logps(trainer, out["ref_per_token_logps"], out["completion_mask"])
         return mara_rewards(rewards, ref, trainer.num_generations, trainer.args.mara_tau, trainer.kl_coef)
-
-
-ORDER = 60  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (Mara,)

@@ -38,6 +38,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.rewards.base import completion_text
 from rlvr_div.trainers import trl_seam
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 STATE_FILE = "outcome_counts.json"
@@ -177,6 +178,7 @@ def check_outcome_exploration(args: Any) -> None:
         raise ConfigError("outcome_bonus_coef and outcome_penalty_coef are both 0: outcome exploration would be inert")
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class OutcomeExploration(RewardShaping):
     """Observes each training batch's (prompt, answer) outcomes, shapes its validity rewards, keeps the counts."""
 
@@ -214,7 +216,3 @@ class OutcomeExploration(RewardShaping):
 
     def load(self, checkpoint: Path) -> None:
         self.counts.load(checkpoint)
-
-
-ORDER = 110  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (OutcomeExploration,)

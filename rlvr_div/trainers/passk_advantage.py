@@ -32,6 +32,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
 from rlvr_div.ranges import AT_LEAST_ONE
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
@@ -101,6 +102,7 @@ def check_passk_training(args: object) -> None:
         )
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class PassKTraining(RewardShaping):
     name = "passk_training"
     Args = PassKTrainingArgs
@@ -114,7 +116,3 @@ class PassKTraining(RewardShaping):
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         return passk_training_advantages(rewards == 1.0, group, self.trainer.args.passk_k, scored=~torch.isnan(rewards))
-
-
-ORDER = 100  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (PassKTraining,)

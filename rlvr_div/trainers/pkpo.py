@@ -11,6 +11,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.passk import pass_at_k_estimate
 from rlvr_div.ranges import AT_LEAST_ONE
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
@@ -70,6 +71,7 @@ def pkpo_advantages(correct: torch.Tensor, group: int, k: int, dtype: torch.dtyp
     return (pkpo_rewards(correct, group, k, torch.float64).view_as(baseline) - baseline).reshape(-1).to(dtype)
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class PKPO(RewardShaping):
     name = "pkpo"
     Args = PKPOArgs
@@ -86,7 +88,3 @@ class PKPO(RewardShaping):
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         return pkpo_advantages(rewards == 1.0, group, self.trainer.args.pkpo_k)
-
-
-ORDER = 80  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (PKPO,)

@@ -19,28 +19,41 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   value but ``none`` is refused. The contract its Args and these declare is enforced by
   :meth:`GRPOPlugin.check_declared` before its ``prepare``;
 - ``prepare(args)``: its other one-line checks (between its keys, against other settings; a
-  :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in their
-  modules' ORDER (it may resolve its own keys, e.g. a synonym);
+  :class:`~rlvr_div.errors.ConfigError`), run while the config is built, before any model loads, in
+  :func:`plugin_classes` order (it may resolve its own keys, e.g. a synonym);
 - ``check_task(args, task, spec, rewards)``: its checks against the run's task and rewards while it is active (MARA
   refuses a one-answer task), and ``check_inputs(script, training, model)``: its checks of the files it reads (DPH-RL's
   rehearsal set), both called by ``rlvr-div train``'s pre-load checks for the :func:`active_plugins`;
 - ``train_dataset(args)``: the dataset GRPO trains on in place of the task's while it is active (DPH-RL: D_exp);
 - ``active(args)``: whether the run uses it; the trainer builds one instance of each active plug-in;
-- the hooks it needs, each a no-op by default (the trainer calls them in their modules' ORDER):
+- the hooks it needs, each a no-op by default (the trainer calls them in :func:`plugin_classes` order):
   ``forward`` (take over the loss forward, e.g. to fold extra rows into it), ``on_logps`` (the per-token log-probs
   of every such forward), ``on_rewards`` (the gathered rewards and validity of a batch), ``advantages`` (replace
   TRL's advantages: at most one active plug-in may), ``wrap_loss`` (run around the whole loss), ``before_loss`` and
   ``loss_term`` (a term added to TRL's policy loss), ``save``/``load`` (state that travels with checkpoints);
 - ``reference_coef(args)``: TRL's ``beta`` while it is active (non-zero makes TRL compute the reference log-probs);
-- ``replaces_loss``: True when its ``wrap_loss`` replaces GRPO's policy loss rather than wrapping it (α-DPG,
-  FlowRL): another active plug-in that acts on the loss or the advantages (:data:`LOSS_HOOKS`) would not act, and is
-  refused (:func:`check_loss_owners`), and a plug-in whose keys add to that loss refuses them even where they would add
-  nothing, through :func:`loss_replacers` (``divergence: js`` under ``trainer: dpg``).
+- ``replaces_loss`` (set by the decorator from the phase ``loss_replacement``): its ``wrap_loss`` replaces GRPO's
+  policy loss rather than wrapping it (α-DPG, FlowRL): another active plug-in that acts on the loss or the advantages
+  (:data:`LOSS_HOOKS`) would not act, and is refused (:func:`check_loss_owners`), and a plug-in whose keys add to
+  that loss refuses them even where they would add nothing, through :func:`loss_replacers` (``divergence: js`` under
+  ``trainer: dpg``).
 
-Its module assigns ``PLUGINS`` (its plug-in classes) and ``ORDER`` (an integer: the plug-ins' checks, hooks and loss
-terms run in ``ORDER``); :func:`plugin_modules` finds every such module of the package, so nothing else registers it.
-The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a method is a new module, its
-recipe, its docs row and its tests, and deleting them removes it (docs/contributing.md, "Adding a method").
+The class is registered by one decorator, ``@register_plugin(phase=..., after=(...))``:
+
+- ``phase``: where in a training step it acts, one of :data:`PHASES` (``advantages``: it sets the advantages or
+  shapes the rewards they come from; ``loss_term``: it adds a term to GRPO's policy loss or changes which tokens that
+  loss sees; ``loss_replacement``: its ``wrap_loss`` replaces GRPO's policy loss, so it runs alone on the loss and
+  the advantages, see :func:`check_loss_owners`; ``callbacks``: it acts between steps, e.g. a controller of β or a
+  reset of the reference). A step hook outside its phase's (:data:`PHASES`) is a TypeError at registration;
+- ``after``: the names of the plug-ins it must come after, where the order matters: its ``prepare`` reads what
+  theirs resolved (a plug-in that asks for a KL penalty comes after the divergence term), or its loss term is added
+  after theirs.
+
+The plug-ins run (checks, hooks, loss terms) in :func:`plugin_classes` order: every ``after`` before its plug-in,
+otherwise by phase, then by module name. :func:`plugin_modules` finds every module of the package that registers a
+plug-in, so nothing else lists it. The trainer (:mod:`rlvr_div.trainers.grpo`) holds no method-specific code: adding a
+method is a new module, its recipe, its docs row and its tests, and deleting them removes it (docs/contributing.md,
+"Adding a method").
 """
 
 from __future__ import annotations
@@ -52,7 +65,7 @@ import pkgutil
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -66,6 +79,15 @@ LossFn = Callable[[Any, dict[str, Any]], torch.Tensor]
 LOSS_HOOKS = ("forward", "advantages", "wrap_loss", "before_loss", "loss_term")
 # the hooks whose result replaces TRL's (the first active plug-in's would win and the others' never run)
 SINGLE_OWNER_HOOKS = {"forward": "take over the loss forward", "advantages": "set the advantages"}
+# where in a training step a plug-in acts, in the order a step meets them, with the step hooks a plug-in of the phase
+# may implement (the checks, the config queries, before_init and save/load are open to every phase)
+PHASES: dict[str, tuple[str, ...]] = {
+    "advantages": ("on_rewards", "advantages"),
+    "loss_term": ("forward", "on_logps", "before_loss", "loss_term", "wrap_loss"),
+    "loss_replacement": ("on_rewards", "advantages", "wrap_loss"),
+    "callbacks": ("on_rewards",),
+}
+STEP_HOOKS = ("forward", "on_logps", "on_rewards", "advantages", "wrap_loss", "before_loss", "loss_term")
 
 
 class GRPOPlugin:
@@ -80,7 +102,9 @@ class GRPOPlugin:
     parameters_of: ClassVar[dict[str, str]] = {}  # key -> the divergence it parametrises (acts only while in use)
     unscaled: ClassVar[bool] = False  # its advantages are used as they are: TRL's scale_rewards must be none
     kl_penalty: ClassVar[bool] = False  # its divergences(args) are the run's penalty to the reference in the loss
-    replaces_loss: ClassVar[bool] = False  # its wrap_loss replaces GRPO's loss (see check_loss_owners)
+    phase: ClassVar[str] = ""  # set by register_plugin: one of PHASES
+    after: ClassVar[tuple[str, ...]] = ()  # set by register_plugin: the plug-ins it comes after
+    replaces_loss: ClassVar[bool] = False  # set by register_plugin (phase loss_replacement; see check_loss_owners)
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -125,7 +149,7 @@ class GRPOPlugin:
         """The divergences (:data:`rlvr_div.divergences.DIVERGENCES` names) this plug-in evaluates in the run that
         ``args`` configure, with the parameters ``args.divergence_params(name)``; read once this plug-in has
         prepared the config (by :func:`check_parameters` after every ``prepare``, by :func:`kl_penalties` from the
-        ``prepare`` of plug-ins later in ORDER)."""
+        ``prepare`` of a plug-in that comes ``after`` it)."""
         return ()
 
     @classmethod
@@ -197,38 +221,92 @@ class GRPOPlugin:
         """Restore this plug-in's state from a checkpoint folder."""
 
 
+P = TypeVar("P", bound=type[GRPOPlugin])
+_REGISTERED: dict[str, type[GRPOPlugin]] = {}  # name -> class, filled as plug-in modules are imported
+
+
+def overrides(cls: type[GRPOPlugin], hook: str) -> bool:
+    """Whether ``cls`` implements ``hook`` (its own or a base's, not :class:`GRPOPlugin`'s no-op)."""
+    return getattr(cls, hook) is not getattr(GRPOPlugin, hook)
+
+
+def register_plugin(phase: str, after: tuple[str, ...] = ()) -> Callable[[P], P]:
+    """Class decorator that makes a :class:`GRPOPlugin` subclass a plug-in of ``phase`` (one of :data:`PHASES`) that
+    comes after the plug-ins named in ``after`` (see the module docstring). A step hook outside the phase's, or a
+    second class under one name, is a TypeError: a programming error in the plug-in, not a user's."""
+    if phase not in PHASES:
+        raise TypeError(f"unknown plug-in phase {phase!r}; known: {', '.join(PHASES)}")
+
+    def register(cls: P) -> P:
+        outside = [h for h in STEP_HOOKS if overrides(cls, h) and h not in PHASES[phase]]
+        if outside:
+            raise TypeError(f"plug-in {cls.name!r} of phase {phase!r} implements {outside[0]!r}, a hook of another "
+                            f"phase (phase {phase!r} may implement {', '.join(PHASES[phase])})")  # fmt: skip
+        known = _REGISTERED.get(cls.name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"plug-ins {known.__module__}.{known.__qualname__} and {cls.__module__}.{cls.__qualname__} "
+                            f"share the name {cls.name!r}")  # fmt: skip
+        cls.phase, cls.after, cls.replaces_loss = phase, tuple(after), phase == "loss_replacement"
+        _REGISTERED[cls.name] = cls
+        return cls
+
+    return register
+
+
 @functools.cache
 def plugin_modules() -> tuple[str, ...]:
-    """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` that assigns ``PLUGINS`` at its top level, sorted by
-    its integer ``ORDER`` (the order of checks, hooks and loss terms). A method is added by its module alone and
-    removed by deleting it; a module without an integer ``ORDER``, or two with the same, is a TypeError."""
+    """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` that registers a plug-in (a line that starts with
+    ``@register_plugin(``), by name. A method is added by its module alone and removed by deleting it."""
     package = importlib.import_module(PLUGIN_PACKAGE)
-    found: dict[int, str] = {}
-    for info in pkgutil.iter_modules(package.__path__):
+    found = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         source = Path(package.__path__[0]) / f"{info.name}.py"
-        if not source.is_file() or not re.search(r"^PLUGINS\s*=", source.read_text(), re.M):
-            continue
-        name = f"{PLUGIN_PACKAGE}.{info.name}"
-        order = getattr(importlib.import_module(name), "ORDER", None)
-        if not isinstance(order, int) or isinstance(order, bool):
-            raise TypeError(f"plug-in module {name} defines PLUGINS but no integer ORDER (its place among plug-ins)")
-        if order in found:
-            raise TypeError(f"plug-in modules {found[order]} and {name} share ORDER = {order}")
-        found[order] = name
-    return tuple(found[k] for k in sorted(found))
+        if source.is_file() and re.search(r"^@register_plugin\(", source.read_text(), re.M):
+            found.append(f"{PLUGIN_PACKAGE}.{info.name}")
+    return tuple(found)
+
+
+@functools.cache
+def _ordered() -> tuple[type[GRPOPlugin], ...]:
+    for module in plugin_modules():
+        importlib.import_module(module)
+    return tuple(plugin_order(list(_REGISTERED.values())))
+
+
+def plugin_order(classes: list[type[GRPOPlugin]]) -> list[type[GRPOPlugin]]:
+    """``classes`` in the order they run: each after every plug-in its ``after`` names, otherwise by phase (the order
+    of :data:`PHASES`), then by module name (Kahn's algorithm, the smallest ready key first). An ``after`` naming no
+    plug-in, or a cycle, is a TypeError."""
+    names = {cls.name: cls for cls in classes}
+    for cls in classes:
+        unknown = [a for a in cls.after if a not in names]
+        if unknown:
+            raise TypeError(f"plug-in {cls.name!r} comes after {unknown[0]!r}, which is no plug-in")
+    phases = list(PHASES)
+
+    def key(cls: type[GRPOPlugin]) -> tuple[int, str, str]:
+        return phases.index(cls.phase), cls.__module__, cls.__qualname__
+
+    placed: list[type[GRPOPlugin]] = []
+    waiting = sorted(classes, key=key)
+    while waiting:
+        done = {c.name for c in placed}
+        ready = next((c for c in waiting if all(a in done for a in c.after)), None)
+        if ready is None:
+            raise TypeError(f"plug-ins {', '.join(c.name for c in waiting)} come after one another in a cycle")
+        placed.append(ready)
+        waiting.remove(ready)
+    return placed
 
 
 def plugin_classes() -> list[type[GRPOPlugin]]:
-    """Every plug-in class, in :func:`plugin_modules` order (a module may hold several, in its order)."""
-    out: list[type[GRPOPlugin]] = []
-    for module in plugin_modules():
-        out += list(importlib.import_module(module).PLUGINS)
-    return out
+    """Every plug-in class, in the order they run (:func:`plugin_order`)."""
+    return list(_ordered())
 
 
 def active_plugins(args: Any) -> list[type[GRPOPlugin]]:
-    """The plug-in classes active in ``args``, in their modules' ORDER (a config without the plug-ins' keys, another
-    trainer's, has none active)."""
+    """The plug-in classes active in ``args``, in :func:`plugin_classes` order (a config without the plug-ins' keys,
+    another trainer's, has none active)."""
     if not all(hasattr(args, f.name) for a in plugin_args() for f in dataclasses.fields(a)):
         return []
     return [cls for cls in plugin_classes() if cls.active(args)]
@@ -280,13 +358,13 @@ def check_loss_owners(active: list[type[GRPOPlugin]]) -> None:
     implement a hook only one can own (:data:`SINGLE_OWNER_HOOKS`): the other's change would be dropped."""
     for owner in (p for p in active if p.replaces_loss):
         for other in active:
-            hooks = [h for h in LOSS_HOOKS if getattr(other, h) is not getattr(GRPOPlugin, h)]
+            hooks = [h for h in LOSS_HOOKS if overrides(other, h)]
             if other is not owner and hooks:
                 what = "advantages" if "advantages" in hooks else "loss"
                 raise ConfigError(f"{owner.name} and {other.name} both act on the {what} ({owner.name} replaces "
                                   "GRPO's policy loss); use one")  # fmt: skip
     for hook, what in SINGLE_OWNER_HOOKS.items():
-        owners = [p.name for p in active if getattr(p, hook) is not getattr(GRPOPlugin, hook)]
+        owners = [p.name for p in active if overrides(p, hook)]
         if len(owners) > 1:
             raise ConfigError(f"{' and '.join(owners)} both {what}; use one")
 

@@ -59,6 +59,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_TWO
 from rlvr_div.trainers import trl_seam
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 DIVERSITY_MODES = ("valid", "all")
@@ -177,6 +178,7 @@ def check_polychromic(args: Any) -> None:
         )
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class Polychromic(RewardShaping):
     """Marginal set advantages of the polychromic objective, from the batch's completion texts that the trainer
     gathered for its diversity metrics (``gathered_texts``, :func:`rlvr_div.trainers.common.log_group_diversity`)."""
@@ -201,7 +203,3 @@ class Polychromic(RewardShaping):
         for key, value in stats.items():
             trl_seam.metrics(self.trainer, "train")[key].append(value)
         return adv
-
-
-ORDER = 160  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (Polychromic,)

@@ -39,7 +39,7 @@ from typing import Any
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import distributed_backend
-from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, register_plugin
 
 STATE_FILE = "prorl_state.json"  # in a checkpoint: the step the reference was last set at
 REFERENCE_FILE = "prorl_reference.safetensors"  # the reference's weights, when no other file holds them
@@ -115,6 +115,7 @@ def sync_reference(policy: Any, reference: Any) -> None:
     SyncRefModelCallback.sync_target_model(policy, reference, 1.0)
 
 
+@register_plugin("callbacks", after=("divergence",))
 class ProRL(GRPOPlugin):
     """Clears the optimizer's state at each of TRL's hard reference syncs, and keeps the reference in checkpoints."""
 
@@ -192,7 +193,3 @@ class ProRL(GRPOPlugin):
         elif step != 0:
             load_model(self.reference(), str(checkpoint / REFERENCE_FILE))
         self.reference_step = step
-
-
-ORDER = 170  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (ProRL,)

@@ -19,7 +19,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.trainers.common import trainer_group_advantages
-from rlvr_div.trainers.plugin import GRPOPlugin, plugin_classes
+from rlvr_div.trainers.plugin import GRPOPlugin, plugin_classes, register_plugin
 
 
 def groups(x: torch.Tensor, group: int, what: str) -> torch.Tensor:
@@ -104,6 +104,7 @@ def shaping(name: str) -> type[RewardShaping] | None:
     return next((c for c in plugin_classes() if issubclass(c, RewardShaping) and c.name == name), None)
 
 
+@register_plugin("advantages")
 class ShapingChoice(GRPOPlugin):
     """Checks the ``reward_shaping`` key itself; the chosen shaping is its own plug-in."""
 
@@ -116,7 +117,3 @@ class ShapingChoice(GRPOPlugin):
         known = shaping_names()
         if args.reward_shaping not in known:
             raise ConfigError(f"unknown reward_shaping {args.reward_shaping!r}; known: {', '.join(known)}")
-
-
-ORDER = 50  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (ShapingChoice,)

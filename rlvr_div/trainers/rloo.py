@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
@@ -36,6 +37,7 @@ def rloo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group
     return adv.reshape(-1)
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class RLOO(RewardShaping):
     name = "rloo"
     unscaled = True  # its own advantages, used as they are: no division by a standard deviation
@@ -46,7 +48,3 @@ class RLOO(RewardShaping):
             return None
         device = out["completion_mask"].device
         return rloo_advantages(trainer.gathered_rewards, trainer.reward_weights, trainer.num_generations).to(device)
-
-
-ORDER = 120  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (RLOO,)

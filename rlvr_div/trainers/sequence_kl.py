@@ -27,7 +27,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import group_advantages, sampling_logps, sequence_logps
-from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, register_plugin
 
 
 @dataclass
@@ -67,6 +67,7 @@ def penalised_rewards(
     return torch.cat([rewards_per_func, column], dim=1), torch.cat([weights, weights.new_ones(1)])
 
 
+@register_plugin("advantages", after=("divergence",))
 class SequenceKL(GRPOPlugin):
     """Replaces a training batch's advantages by the group advantages of r' (needs TRL's reference log-probs)."""
 
@@ -102,7 +103,3 @@ class SequenceKL(GRPOPlugin):
             rewards.to(mask.device), weights.to(mask.device), trainer.num_generations,
             trainer.multi_objective_aggregation, trainer.scale_rewards,
         )  # fmt: skip
-
-
-ORDER = 200  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (SequenceKL,)

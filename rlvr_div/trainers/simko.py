@@ -60,7 +60,7 @@ from rlvr_div.logprobs import default_chunk, head_chunks, head_split
 from rlvr_div.ranges import AT_LEAST_ONE, HALF_OPEN_UNIT, UNIT, Range
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import completion_mask, global_masked_mean
-from rlvr_div.trainers.plugin import GRPOPlugin, log_prob_penalties
+from rlvr_div.trainers.plugin import GRPOPlugin, log_prob_penalties, register_plugin
 
 
 class TokenStats(NamedTuple):
@@ -181,6 +181,7 @@ def check_simko(args: Any) -> None:
         )
 
 
+@register_plugin("loss_term", after=("divergence", "covariance_penalty", "dph_rehearsal"))
 class SimKO(GRPOPlugin):
     """Runs the training loss's forward on the full logits and hands TRL's loss l̃ in place of log π_θ(y_t)."""
 
@@ -272,7 +273,3 @@ class SimKO(GRPOPlugin):
         if pending:
             raise RuntimeError("simko: TRL's loss ran no per-token log-prob forward to reshape")
         return None
-
-
-ORDER = 190  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (SimKO,)

@@ -37,6 +37,7 @@ import torch
 from rlvr_div.ranges import PROBABILITY
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.common import sampling_logps, sequence_logps, trainer_group_advantages
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 Q_FLOOR = 1e-6  # the released code clamps q before inverting it
@@ -94,6 +95,7 @@ class UCPOArgs:
     )
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class UCPO(RewardShaping):
     """TRL's group advantages of a training batch, redistributed over each group's correct samples toward 1/q."""
 
@@ -116,7 +118,3 @@ class UCPO(RewardShaping):
         if several.any():
             trl_seam.metrics(trainer, "train")["ucpo/kl_to_uniform"].append(kl_to_uniform(q[several]).mean().item())
         return ucpo_advantages(base, validity, mean_logps, group, args.ucpo_tau)
-
-
-ORDER = 150  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (UCPO,)

@@ -12,6 +12,7 @@ import torch
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import UNIT
 from rlvr_div.trainers.common import sampling_logps, sequence_logps
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 UNLIKELINESS_RANKS = ("correct", "all")
@@ -56,6 +57,7 @@ def unlikeliness_rewards(
     return (r * factor).reshape(-1)
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class Unlikeliness(RewardShaping):
     name = "unlikeliness"
     Args = UnlikelinessArgs
@@ -78,7 +80,3 @@ class Unlikeliness(RewardShaping):
         return unlikeliness_rewards(
             rewards, score, trainer.num_generations, args.unlikeliness_lambda, args.unlikeliness_rank
         )
-
-
-ORDER = 70  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (Unlikeliness,)

@@ -19,7 +19,7 @@ from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE, PROBABILITY
 from rlvr_div.trainers import trl_seam
-from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, kl_penalty_coef
+from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, kl_penalty_coef, register_plugin
 
 BETA_SCHEDULES = ("constant", "validity_target")
 CONTROLLER_STATE = "validity_controller.json"
@@ -73,6 +73,7 @@ class ValidityTargetArgs:
         )
 
 
+@register_plugin("callbacks", after=("divergence",))
 class ValidityTarget(GRPOPlugin):
     """Moves the divergence term's live coefficient (``trainer.kl_coef``, which starts at ``divergence_coef``) after
     each scored training batch."""
@@ -137,7 +138,3 @@ class ValidityTarget(GRPOPlugin):
             )
         self.controller.load_state_dict(json.loads(path.read_text()))
         self.trainer.kl_coef = self.controller.beta
-
-
-ORDER = 30  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (ValidityTarget,)

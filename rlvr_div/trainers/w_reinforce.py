@@ -11,6 +11,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping
 
 
@@ -55,6 +56,7 @@ def check_w_reinforce(args: Any) -> None:
         raise ConfigError("psr_weight and nsr_weight are both 0: every advantage would be 0")
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class WReinforce(RewardShaping):
     name = "w_reinforce"
     Args = WReinforceArgs
@@ -68,7 +70,3 @@ class WReinforce(RewardShaping):
 
     def direct_advantages(self, rewards: torch.Tensor, group: int) -> torch.Tensor:
         return w_reinforce_advantages(rewards, self.trainer.args.psr_weight, self.trainer.args.nsr_weight)
-
-
-ORDER = 90  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (WReinforce,)

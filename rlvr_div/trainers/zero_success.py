@@ -32,6 +32,7 @@ import torch
 
 from rlvr_div.ranges import POSITIVE
 from rlvr_div.trainers import trl_seam
+from rlvr_div.trainers.plugin import register_plugin
 from rlvr_div.trainers.reward_shaping import RewardShaping, groups
 
 
@@ -69,6 +70,7 @@ class ZeroSuccessArgs:
     )
 
 
+@register_plugin("advantages", after=("reward_shaping",))
 class ZeroSuccess(RewardShaping):
     """Signed REINFORCE on the all-failed groups of a batch, nothing elsewhere; logs the share of such groups."""
 
@@ -81,7 +83,3 @@ class ZeroSuccess(RewardShaping):
         frac = zero_success_groups(rewards, group).double().mean().item()
         trl_seam.metrics(self.trainer, "train")["zero_success/group_frac"].append(frac)
         return zero_success_advantages(rewards, group, self.trainer.args.zero_success_weight)
-
-
-ORDER = 130  # its place among the plug-ins (rlvr_div/trainers/plugin.py)
-PLUGINS = (ZeroSuccess,)
