@@ -42,6 +42,7 @@ arms:
   - {{name: alpha_dpg, kind: point, recipe: {root}/recipes/tiny/alpha_dpg.yaml}}
   - {{name: anneal, kind: anneal, dtype: float64, perturbation: 0.01, final_learning_rate: 1.0e-5}}
 """
+HASH_CACHE = "fingerprints.json"  # rlvr_div.models.fingerprint's cache of a run directory: compared by file hashes
 RUN_STUDY = (
     "import sys\nfrom pathlib import Path\nfrom collapse_bench.beta_report import write_report\n"
     "from collapse_bench.beta_spec import load_study\nfrom collapse_bench.beta_study import run_study\n"
@@ -69,7 +70,8 @@ def _report_lines(path: Path, places: dict[str, str]) -> list[str]:
 
 def differences(old: Path, new: Path, old_places: dict[str, str], new_places: dict[str, str]) -> list[str]:
     """The files of two output directories that differ: the set of JSON files, each JSON file without its
-    :data:`VOLATILE` keys (a state file by its fingerprint only: its config names the tree's own recipe paths), and
+    :data:`VOLATILE` keys (a state file by its fingerprint only: its config names the tree's own recipe paths; the
+    hash cache by each model file's name, size and sha256), and
     each markdown report, its side's directories (``*_places``: path → name) named alike and wall times left out."""
     out = []
     files = sorted(p.relative_to(old) for p in old.rglob("*.json"))
@@ -81,6 +83,8 @@ def differences(old: Path, new: Path, old_places: dict[str, str], new_places: di
         a, b = (json.loads((d / rel).read_text()) for d in (old, new))
         if rel.name in ("study.json", "benchmark.json"):
             a, b = a.get("fingerprint"), b.get("fingerprint")
+        if rel.name == HASH_CACHE:  # the model files' hashes, keyed by each tree's own paths and inodes
+            a, b = (sorted((Path(f).name, e["size"], e["sha256"]) for f, e in d["files"].items()) for d in (a, b))
         if without_volatile(a) != without_volatile(b):
             out.append(f"{old.name}/{rel}")
     for rel in sorted(p.relative_to(old) for p in old.rglob("*.md")):

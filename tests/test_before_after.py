@@ -26,3 +26,22 @@ def test_only_volatile_keys_and_own_directories_may_differ(tmp_path):
                                                                                    "old/beta.md"]  # fmt: skip
     (new / "extra.json").write_text("{}")
     assert "old: the JSON files differ in name" in differences(old, new, {}, {})
+
+
+def test_the_hash_cache_is_compared_by_its_files_hashes(tmp_path):
+    """A run directory's fingerprints.json keys each model file by its tree's own path and inode: equal when the
+    files' names, sizes and sha256 are; a different hash is a difference."""
+    old, new = tmp_path / "old", tmp_path / "new"
+
+    def cache(root, where, inode, sha):
+        root.mkdir()
+        entry = {"size": 7, "mtime_ns": inode, "ctime_ns": inode, "inode": inode, "sha256": sha}
+        (root / "fingerprints.json").write_text(json.dumps({"files": {f"{where}/tiny/config.json": entry}}))
+
+    cache(old, "/tree/old", 1, "aa")
+    cache(new, "/tree/new", 2, "aa")
+    assert differences(old, new, {}, {}) == []
+    (new / "fingerprints.json").unlink()
+    new.rmdir()
+    cache(new, "/tree/new", 2, "bb")
+    assert differences(old, new, {}, {}) == ["old/fingerprints.json"]
