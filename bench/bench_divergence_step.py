@@ -17,9 +17,9 @@ import time
 import torch
 
 from rlvr_div.models import load_tokenizer
+from rlvr_div.models.tiny_base import tiny_model_path
 from rlvr_div.rewards import get_reward
 from rlvr_div.tasks import get_task
-from rlvr_div.tiny_base import tiny_model_path
 
 BETA = 0.04
 

@@ -134,7 +134,7 @@ def load(name: str, dtype: torch.dtype) -> tuple[Any, Any]:
     if name == "random":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from rlvr_div.tiny_base import build_char_tokenizer
+        from rlvr_div.models.tiny_base import build_char_tokenizer
 
         torch.manual_seed(0)
         config = LlamaConfig(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

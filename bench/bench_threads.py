@@ -46,7 +46,7 @@ def run_workload(workload: str, seconds: float, threads: int | None, forever: bo
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlvr_div.tiny_base import TinySpec
+    from rlvr_div.models.tiny_base import TinySpec
 
     if threads is not None:
         torch.set_num_threads(threads)

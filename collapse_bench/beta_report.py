@@ -20,7 +20,7 @@ from collapse_bench.markdown import table as _table
 from collapse_bench.plotting import beta_sweep_figure, pyplot, save
 from collapse_bench.stats import mean_ci, paired_difference
 from eval.records import write_json
-from rlvr_div.calibration import mean_validity_at
+from rlvr_div.theory.calibration import mean_validity_at
 
 METRICS = ("mu", "effective_answers", "kl_pstar", "cov_at_kmax")
 # what an anneal run's last path point adds: J, J* − J, KL(π̄‖p̄_β), the last step's gradient norm

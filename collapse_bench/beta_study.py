@@ -10,7 +10,7 @@ A run is (arm, β, seed). An arm is
   coefficient key set to β; the training prompts are measured exactly (teacher forcing every valid answer) every
   ``path_every`` steps, and training stops at the plateau (:func:`plateau_step`) or at ``max_steps``;
 - **exact**: Adam ascent on the exact objective J = μ − β·KL(π̄‖ā) over the valid sets of the training prompts
-  (:mod:`rlvr_div.exact_objective`): no sampling, hence no random stream at all (its seeds would give identical runs,
+  (:mod:`rlvr_div.exact.objective`): no sampling, hence no random stream at all (its seeds would give identical runs,
   so it runs once per β), with the sampled arms' optimiser (AdamW, no weight decay, gradient norm clipped at
   ``max_grad_norm``, 1 as in the Hugging Face Trainer); it trains its whole budget (its own ``max_steps``) and its
   plateau step is only recorded: a slow drift or a late instability after a first plateau is what it is there to
@@ -80,7 +80,7 @@ from collapse_bench.measure import (
 from collapse_bench.run_progress import Progress, progress_saver, saved_progress
 from collapse_bench.spec import recipe_argv, run_settings
 from eval.records import write_json
-from rlvr_div.gguf_packages import package_reference
+from rlvr_div.models.gguf_packages import package_reference
 
 STATE = "study.json"
 WEIGHTS = "weights"
@@ -135,7 +135,7 @@ def study_rows(study: Study, split: str) -> list[dict[str, Any]]:
 def measure_base(study: Study, out: Path) -> dict[str, Any]:
     """The base model measured exactly on the training and test prompts (cached in ``base.json`` by
     :func:`collapse_bench.measure.cached_base`)."""
-    from rlvr_div.fingerprint import model_fingerprint
+    from rlvr_div.models.fingerprint import model_fingerprint
 
     fingerprint = model_fingerprint(package_reference(study.model), gguf_file=study.gguf_file)
     what = {"fingerprint": fingerprint, "task": study.task, "task_options": study.task_options}
@@ -168,9 +168,9 @@ def _append_eos(study: Study) -> bool:
 
 def _end_measurements(model: Any, tokenizer: Any, base: dict[str, Any], study: Study, seed: int) -> dict[str, Any]:
     """The exact numbers on both splits and, with ``samples``, the sampled validity and the mass on non-canonical
-    tokenisations (:mod:`rlvr_div.noncanonical`) beside them."""
+    tokenisations (:mod:`rlvr_div.exact.noncanonical`) beside them."""
     from rlvr_div.exact import sequence_logprobs
-    from rlvr_div.noncanonical import sample_tokenisations, summarise_tokenisations
+    from rlvr_div.exact.noncanonical import sample_tokenisations, summarise_tokenisations
 
     temperature = float(study.common.get("temperature", 1.0))
     eos = _append_eos(study)
@@ -310,7 +310,7 @@ def execute_exact(study: Study, out: Path, run: StudyRun, base: dict[str, Any]) 
 
     import torch
 
-    from rlvr_div.exact_objective import (
+    from rlvr_div.exact.objective import (
         ascend,
         closed_form_objective,
         exact_objective,

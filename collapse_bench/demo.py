@@ -66,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     from collapse_bench.cli import report
     from collapse_bench.runs import run_benchmark
     from collapse_bench.spec import load_benchmark
-    from rlvr_div.run_lock import directory_lock
+    from rlvr_div.runs.run_lock import directory_lock
 
     args = build_parser().parse_args(argv)
     bench = load_benchmark(args.config, check_args(args))
     out = Path(args.out)
     command = "rlvr-div demo " + " ".join(sys.argv[2:] if argv is None else argv)
     t0 = time.perf_counter()
-    from rlvr_div.tiny_base import tiny_model_path, tiny_spec
+    from rlvr_div.models.tiny_base import tiny_model_path, tiny_spec
 
     spec = tiny_spec(bench.model)
     if spec is not None:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from eval.records import write_json
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import clear_directory, directory_lock
+from rlvr_div.runs.run_lock import clear_directory, directory_lock
 
 RESULT = "result.json"
 
@@ -105,7 +105,7 @@ def record_run(out: Path, name: str, key: str, failure: str | None, t_start: flo
 
 def run_and_report(out: Path, what: str, state: str, report_only: bool, run: Callable[[], object],
                    report: Callable[[], Path]) -> int:  # fmt: skip
-    """A study command's body: under ``out``'s lock (:func:`rlvr_div.run_lock.directory_lock`: one writer per
+    """A study command's body: under ``out``'s lock (:func:`rlvr_div.runs.run_lock.directory_lock`: one writer per
     directory, a second fails in one line naming the holder's PID), ``run`` the study (not with ``report_only``,
     which needs a study there: its ``state`` file), then write and name its ``report``."""
     if report_only and not (out / state).is_file():

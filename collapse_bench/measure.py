@@ -32,8 +32,8 @@ def model_checkpoint(model: str, gguf_file: str | None = None) -> str:
     """The directory ``from_pretrained`` loads for ``model``: a built-in tiny base's name, a path or hub id, or
     ``package:NAME`` (the installed Python package NAME's directory, where a GGUF model ships), with ``gguf_file`` the
     GGUF file in it (dequantised once, cached)."""
-    from rlvr_div.gguf_packages import package_reference
     from rlvr_div.models import checkpoint_path
+    from rlvr_div.models.gguf_packages import package_reference
 
     return checkpoint_path(package_reference(model), gguf_file)
 

@@ -62,7 +62,7 @@ def beta_sweep_figure(
     family on the frontier (``toy``)."""
     plt = pyplot()
 
-    from rlvr_div.calibration import mean_validity_at
+    from rlvr_div.theory.calibration import mean_validity_at
 
     positive = sorted(b for b in betas if b > 0)
     x_zero = positive[0] / 3

@@ -36,7 +36,7 @@ def run_settings(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLik
     """The ``rlvr-div train`` settings of a run, later keys winning: :data:`RUN_DEFAULTS`, the study's common
     settings, the arm's overrides, then the run's own (model, task and its filtered pool, seed, output directory,
     a checkpoint every ``path_every`` steps, all of them kept)."""
-    from rlvr_div.gguf_packages import package_reference
+    from rlvr_div.models.gguf_packages import package_reference
 
     options = dict(study.task_options) | ({INDICES_OPTION: list(indices)} if indices is not None else {})
     settings: dict[str, Any] = {**RUN_DEFAULTS, **study.common, **arm.overrides}

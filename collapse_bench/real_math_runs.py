@@ -25,7 +25,7 @@ Then the stages, one at a time, each an ``rlvr-div`` command (a subprocess by de
 A kill at any point loses at most the stage in flight's unsaved part: the next invocation skips what is complete and
 continues. Each run's directory records its training identity (``identity.json``: another config's run is refused in
 one line) and the wall time of each stage (``timing.json``: finished attempts, and for an attempt cut by a kill the
-time to its last write). One driver per ``--out`` (:func:`rlvr_div.run_lock.directory_lock`).
+time to its last write). One driver per ``--out`` (:func:`rlvr_div.runs.run_lock.directory_lock`).
 
 ``result.json`` holds everything the report needs, per problem: the held-out path (step 0 is the base; then each
 checkpoint; the last step is the final model), each point's n and per-problem correct counts c; the end point's c,
@@ -59,7 +59,7 @@ from collapse_bench.real_math_stages import (
 from eval.records import SAMPLES_FILE, write_json
 from rlvr_div.errors import ConfigError
 from rlvr_div.run_dir import checkpoint_step, checkpoints, earlier_run
-from rlvr_div.run_lock import directory_lock
+from rlvr_div.runs.run_lock import directory_lock
 
 STATE = "study.json"
 BASE = "base.json"
@@ -139,7 +139,7 @@ class Driver:
         return {"temperature": q.temperature, "top_p": q.top_p, "max_new_tokens": self.study.eval.max_new_tokens}
 
     def _base_model(self) -> str:
-        from rlvr_div.gguf_packages import package_reference
+        from rlvr_div.models.gguf_packages import package_reference
 
         return package_reference(self.study.model)
 

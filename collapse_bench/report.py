@@ -23,7 +23,7 @@ from collapse_bench.markdown import pm as _pm
 from collapse_bench.markdown import table as _table
 from collapse_bench.plotting import beta_sweep_figure, error_bar, pyplot, save
 from collapse_bench.stats import paired_difference
-from rlvr_div.calibration import mean_validity_at
+from rlvr_div.theory.calibration import mean_validity_at
 
 
 def _crossover(ci: dict[str, Any], seeds: int) -> str:

@@ -6,7 +6,7 @@ The next invocation of the study resumes such a run from its last complete check
 the points at steps <= c (the progress file is written before the checkpoint of the same step, so it always covers
 c). A changed run identity, an unreadable progress file or no complete checkpoint starts the run over. A resumed run
 restores the optimiser, the learning-rate schedule and the random states from the checkpoint (the Hugging Face
-Trainer's resume, with TRL's sampler's earlier epochs replayed: :mod:`rlvr_div.resume_order`), so it ends with the
+Trainer's resume, with TRL's sampler's earlier epochs replayed: :mod:`rlvr_div.runs.resume_order`), so it ends with the
 numbers of the run never interrupted where every optimiser step generates afresh (the study refuses a
 ``checkpoint_every`` off an arm's generation boundary). A run whose training had ended at c (its step budget, or a
 path point that met the stop rule) is measured from checkpoint c without training further. Its ``result.json``

@@ -51,7 +51,7 @@ from collapse_bench.measure import (
 )
 from collapse_bench.spec import Benchmark, Run, grid_runs, run_argv, run_identity, selection_score
 from eval.records import write_json
-from rlvr_div.run_lock import directory_lock
+from rlvr_div.runs.run_lock import directory_lock
 
 STATE = "benchmark.json"
 SELECTION = "selection.json"
@@ -68,8 +68,8 @@ def result_of(out: Path, bench: Benchmark, run: Run) -> dict[str, Any] | None:
 def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
     """The base model on every split of every task (exact log-probs of every valid completion; cached in
     ``base/<task>.json`` by :func:`collapse_bench.measure.cached_base`)."""
-    from rlvr_div.fingerprint import model_fingerprint
     from rlvr_div.models import resolve_model
+    from rlvr_div.models.fingerprint import model_fingerprint
 
     fingerprint = model_fingerprint(bench.model, cache_path=out / "fingerprints.json")
     temperature = float(bench.common.get("temperature", 1.0))
@@ -113,7 +113,7 @@ def execute_run(bench: Benchmark, out: str, run: Run, base: dict[str, Any]) -> d
     """Train one run from scratch, measure it on every split, write ``result.json`` last (in a worker process)."""
     import logging
 
-    from rlvr_div.fingerprint import model_fingerprint
+    from rlvr_div.models.fingerprint import model_fingerprint
 
     logging.getLogger().setLevel(logging.WARNING)
     root = Path(out)

@@ -5,7 +5,7 @@
     rlvr-div eval --samples base=lm_eval_base.jsonl --samples rl=verl_dump.jsonl --task gsm8k --output-dir runs/eval
 
 Every input is checked before any model loads (one ``error:`` line, exit code 2); a second evaluation on the same
-``--output-dir`` is refused while the first runs (:mod:`rlvr_div.run_lock`). See ``eval.runner`` for the files.
+``--output-dir`` is refused while the first runs (:mod:`rlvr_div.runs.run_lock`). See ``eval.runner`` for the files.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import directory_lock
+from rlvr_div.runs.run_lock import directory_lock
 
 
 def _key_values(items: list[str] | None, flag: str) -> dict[str, Any]:

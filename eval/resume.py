@@ -45,9 +45,9 @@ def check_not_sampled(out_dir: Path, name: str) -> None:
 
 
 def fingerprint(ref: ModelRef, output_dir: Path) -> str:
-    """The content fingerprint of a model reference (``rlvr_div.fingerprint.model_fingerprint`` of its model and
+    """The content fingerprint of a model reference (``rlvr_div.models.fingerprint.model_fingerprint`` of its model and
     adapter), with the per-file hash cache in ``output_dir``."""
-    from rlvr_div.fingerprint import model_fingerprint
+    from rlvr_div.models.fingerprint import model_fingerprint
 
     return model_fingerprint(
         ref.model, ref.adapter, revision=ref.revision or "main", cache_path=output_dir / FILE_HASHES
@@ -56,7 +56,7 @@ def fingerprint(ref: ModelRef, output_dir: Path) -> str:
 
 def check_model_unchanged(out_dir: Path, current: str) -> None:
     """Fail in one line when ``out_dir``'s samples were made from a model whose files differ from ``current``."""
-    from rlvr_div.fingerprint import check_fingerprint
+    from rlvr_div.models.fingerprint import check_fingerprint
 
     path = out_dir / CONFIG_FILE
     if path.is_file():

@@ -5,8 +5,8 @@ an evaluation depends on, and the checks on it), :mod:`eval.resume` (may earlier
 
 Per model, in ``OUTPUT/NAME/``:
 - ``config.json`` — the settings that determine the samples and the model's content fingerprint
-  (``rlvr_div.fingerprint.model_fingerprint``: its weight, adapter and tokenizer files), written once the model is
-  loaded, before the first sample; a rerun whose settings differ, or whose model files changed (a model retrained
+  (``rlvr_div.models.fingerprint.model_fingerprint``: its weight, adapter and tokenizer files), written once the model
+  is loaded, before the first sample; a rerun whose settings differ, or whose model files changed (a model retrained
   in place), fails with a one-line :class:`ConfigError` instead of mixing samples; ``--fresh`` starts over.
 - ``samples.jsonl`` — one line per problem, appended (flushed and fsync'd) as soon as it is scored: index, prompt,
   completions, extracted answers, scores, ``correct`` (score == 1), c, n, completion token counts and the problem's

@@ -129,7 +129,7 @@ def with_gguf_file(models: list[str], gguf_file: str | None) -> list[str]:
     if path.endswith(".gguf"):
         raise ConfigError(f"--model {models[0]!r} is a GGUF file already and --gguf_file {gguf_file!r} names another")
     from rlvr_div.models import resolve_model
-    from rlvr_div.tiny_base import tiny_spec
+    from rlvr_div.models.tiny_base import tiny_spec
 
     if tiny_spec(path) is not None:
         raise ConfigError(

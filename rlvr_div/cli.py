@@ -37,7 +37,7 @@ def _commands() -> dict[str, Callable[[list[str] | None], int]]:
 
 
 def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -> int:
-    """Run a subcommand, turning :class:`ConfigError` and a full device (:func:`rlvr_div.disk_space.out_of_space`)
+    """Run a subcommand, turning :class:`ConfigError` and a full device (:func:`rlvr_div.runs.disk_space.out_of_space`)
     into one line on stderr and exit code 2, and Ctrl-C into one line (the interrupted command's own message, e.g.
     ``train``'s resume command) and exit code 130."""
     try:
@@ -49,7 +49,7 @@ def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -
         print(f"\n{e}" if str(e) else "\ninterrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except Exception as e:
-        from rlvr_div.disk_space import out_of_space, written_file
+        from rlvr_div.runs.disk_space import out_of_space, written_file
 
         if not out_of_space(e):
             raise
@@ -60,11 +60,11 @@ def run_command(fn: Callable[[list[str] | None], int | None], argv: list[str]) -
 
 
 def _help(name: str) -> str:
-    """The one-line help of a command; ``{tiny_bases}`` is filled from :data:`rlvr_div.tiny_base.TINY_BASES`, so the
-    list of named bases cannot drift from the registry."""
+    """The one-line help of a command; ``{tiny_bases}`` is filled from :data:`rlvr_div.models.tiny_base.TINY_BASES`, so
+    the list of named bases cannot drift from the registry."""
     text = _HELP.get(name, "")
     if "{tiny_bases}" in text:
-        from rlvr_div.tiny_base import TINY_BASES
+        from rlvr_div.models.tiny_base import TINY_BASES
 
         text = text.replace("{tiny_bases}", ", ".join(TINY_BASES))
     return text
@@ -150,7 +150,7 @@ def build_tiny_main(argv: list[str] | None = None) -> int:
     shipped bytes; ``--ship`` (for developers) rebuilds the shipped copy and its manifest entry."""
     import argparse
 
-    from rlvr_div.tiny_base import TINY_BASES, TINY_NAME, compare_with_shipped, ship_tiny, tiny_model_path
+    from rlvr_div.models.tiny_base import TINY_BASES, TINY_NAME, compare_with_shipped, ship_tiny, tiny_model_path
 
     parser = argparse.ArgumentParser(
         prog="rlvr-div build-tiny", description=f"{_help('build-tiny')}. {build_tiny_main.__doc__}"
@@ -163,7 +163,7 @@ def build_tiny_main(argv: list[str] | None = None) -> int:
     what.add_argument("--ship", action="store_true", help="rebuild the shipped copy and record its sha256")
     args = parser.parse_args(argv)
     if args.rebuild:
-        from rlvr_div.tiny_base import build_tiny_model
+        from rlvr_div.models.tiny_base import build_tiny_model
 
         out = build_tiny_model(args.rebuild, TINY_BASES[args.name])
         print(f"{out}: {compare_with_shipped(out, args.name)}")

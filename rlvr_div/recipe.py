@@ -430,12 +430,12 @@ def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: b
     """Cheap checks that must fail before any model loads; with ``check_inputs``, also the files the active plug-ins
     read (:meth:`GRPOPlugin.check_inputs`: not when a command is about to write them, as ``rlvr-div rehearse``)."""
     from rlvr_div import preflight
-    from rlvr_div.disk_space import check_free_space, checkpoint_bytes
     from rlvr_div.models import check_model_settings, resolve_model
+    from rlvr_div.models.tiny_base import tiny_spec
     from rlvr_div.rewards import get_reward
     from rlvr_div.rewards.base import check_validity_reward_index
+    from rlvr_div.runs.disk_space import check_free_space, checkpoint_bytes
     from rlvr_div.tasks import check_task, task_reward_settings, task_stop_text
-    from rlvr_div.tiny_base import tiny_spec
     from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
     from rlvr_div.trainers.plugin import active_plugins
 
@@ -507,7 +507,7 @@ def _takes_data_path(task: str) -> bool:
 def _tiny_dir_if_built(spec: Any) -> str | None:
     """A named tiny base's directory (``spec``: its TinySpec) if it is already built and current (checks never build
     it)."""
-    from rlvr_div.tiny_base import cached_tiny_path
+    from rlvr_div.models.tiny_base import cached_tiny_path
 
     path = cached_tiny_path(spec)
     return None if path is None else str(path)

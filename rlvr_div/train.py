@@ -4,7 +4,8 @@ Reads top to bottom: parse and validate the recipe before any model loads (:mod:
 run starts in its ``output_dir`` (new, ``--resume_from_checkpoint true`` or ``--overwrite_output_dir true``; an earlier
 run is never silently appended to, and a run that failed before its first checkpoint is started again by the same
 command: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first
-holds its lock stops in one line naming the first's PID: :mod:`rlvr_div.run_lock`); build the task dataset and reward
+holds its lock stops in one line naming the first's PID: :mod:`rlvr_div.runs.run_lock`); build the task dataset and
+reward
 functions by name; run the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line
 per logging step, each step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes
 from it.
@@ -25,13 +26,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rlvr_div.disk_space import free_bytes, out_of_space
 from rlvr_div.errors import ConfigError
 from rlvr_div.preflight import check_vllm
 from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
-from rlvr_div.resume_order import epoch_replay
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
-from rlvr_div.run_lock import directory_lock
+from rlvr_div.runs.disk_space import free_bytes, out_of_space
+from rlvr_div.runs.resume_order import epoch_replay
+from rlvr_div.runs.run_lock import directory_lock
 from rlvr_div.trainers.trl_seam import colocated_vllm_on_cpu, end_completions_at, tied_weights_are_not_missing
 
 logger = logging.getLogger("rlvr_div.train")
@@ -73,7 +74,6 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
     ``monitor_split``, the held-out pass@k monitor (:mod:`rlvr_div.monitor`)."""
     from trl import get_peft_config
 
-    from rlvr_div.model_card import name_base_in_model_card
     from rlvr_div.models import (
         checkpoint_path,
         gguf_source,
@@ -82,6 +82,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         quantization_config,
         store_portable_base,
     )
+    from rlvr_div.models.model_card import name_base_in_model_card
     from rlvr_div.monitor import recipe_monitor
     from rlvr_div.preflight import is_lora_target_error, lora_error_line
     from rlvr_div.rewards import get_reward

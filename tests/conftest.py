@@ -17,7 +17,7 @@ prefer_passive_waiting()  # as `rlvr-div` does, before torch loads: the suite sh
 @pytest.fixture(scope="session")
 def tiny_path() -> str:
     """Directory of the built-in tiny base (built on first use, then cached)."""
-    from rlvr_div.tiny_base import tiny_model_path
+    from rlvr_div.models.tiny_base import tiny_model_path
 
     return str(tiny_model_path(progress=False))
 
@@ -31,4 +31,4 @@ def no_model_loads(monkeypatch):
         raise AssertionError("a model was loaded before the bad input was reported")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
-    monkeypatch.setattr("rlvr_div.tiny_base.tiny_model_path", boom)
+    monkeypatch.setattr("rlvr_div.models.tiny_base.tiny_model_path", boom)

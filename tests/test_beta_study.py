@@ -589,7 +589,7 @@ def test_a_checkpointed_run_resumes_after_a_kill_with_the_uninterrupted_numbers(
     checkpoint_every 2 or 3 (and 2 with a LoRA adapter), killed after step 4 (training stopped there and the end
     measurement failing, as a kill would leave it): the next invocation resumes from checkpoint-4 (an epoch
     boundary) or checkpoint-3 (mid-epoch), keeps the path's points up to it, and ends with the numbers of the same
-    run never interrupted (the sampler's earlier epochs are replayed: rlvr_div.resume_order). "end": 5 steps (not a
+    run never interrupted (the sampler's earlier epochs are replayed: rlvr_div.runs.resume_order). "end": 5 steps (not a
     whole number of epochs), killed in the end measurement after training ended: the run is measured from
     checkpoint-5, where a resumed Trainer would have trained a sixth step."""
     from collapse_bench import beta_study

@@ -13,11 +13,11 @@ import pytest
 import torch
 import yaml
 
-from rlvr_div.beta_controller import ValidityTargetController
-from rlvr_div.calibration import beta_for, kl_filtered_to_tilted, kl_tilted_to_base, validity_at
-from rlvr_div.calibration_report import implied_validity_report, main, read_counts
 from rlvr_div.cli import run_command
 from rlvr_div.errors import ConfigError
+from rlvr_div.theory.beta_controller import ValidityTargetController
+from rlvr_div.theory.calibration import beta_for, kl_filtered_to_tilted, kl_tilted_to_base, validity_at
+from rlvr_div.theory.calibration_report import implied_validity_report, main, read_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -405,7 +405,7 @@ def test_the_controller_moves_the_live_coefficient_not_trls_switch(tmp_path, tin
 
 
 def test_mean_validity_over_prompts_is_the_mean_of_the_closed_form() -> None:
-    from rlvr_div.calibration import mean_validity_at
+    from rlvr_div.theory.calibration import mean_validity_at
 
     rates = [0.1, 0.5, 0.9]
     assert mean_validity_at(0.5, rates) == pytest.approx(sum(validity_at(0.5, a) for a in rates) / 3, rel=1e-15)

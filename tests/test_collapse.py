@@ -159,10 +159,10 @@ def test_a_second_benchmark_on_the_same_directory_is_refused(tmp_path, no_model_
     import subprocess
     import sys
 
-    from rlvr_div.run_lock import directory_lock
+    from rlvr_div.runs.run_lock import directory_lock
 
     out = tmp_path / "out"
-    code = "import sys, time\nfrom pathlib import Path\nfrom rlvr_div.run_lock import directory_lock\n" \
+    code = "import sys, time\nfrom pathlib import Path\nfrom rlvr_div.runs.run_lock import directory_lock\n" \
         "with directory_lock(Path(sys.argv[1]), 'collapse benchmark', '--out'):\n" \
         "    print('held', flush=True)\n    time.sleep(120)\n"  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, stdout=subprocess.PIPE, text=True)

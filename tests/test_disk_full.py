@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_div import disk_space
 from rlvr_div.cli import main as cli_main
 from rlvr_div.cli import run_command
-from rlvr_div.disk_space import MIN_FREE_BYTES, checkpoint_bytes, out_of_space
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import lock_paths
+from rlvr_div.runs import disk_space
+from rlvr_div.runs.disk_space import MIN_FREE_BYTES, checkpoint_bytes, out_of_space
+from rlvr_div.runs.run_lock import lock_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny" / "grpo.yaml")

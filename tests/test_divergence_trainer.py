@@ -97,7 +97,7 @@ def test_group_diversity():
     ],
 )
 def test_bad_divergence_settings_fail_in_one_line(extra, message, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("rlvr_div.tiny_base.tiny_model_path", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr("rlvr_div.models.tiny_base.tiny_model_path", lambda *a, **k: pytest.fail("model loaded"))
     rc = cli_main(
         ["train", "--config", str(ROOT / "recipes/tiny/forward_kl.yaml"), "--output_dir", str(tmp_path)] + extra
     )

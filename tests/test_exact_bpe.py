@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr_div.exact import canonical_ids, exact_prompts, prompt_metrics, sequence_logprobs
-from rlvr_div.noncanonical import TokenisationCounts, classify, sample_tokenisations, summarise_tokenisations
+from rlvr_div.exact.noncanonical import TokenisationCounts, classify, sample_tokenisations, summarise_tokenisations
 from rlvr_div.tasks.synthetic import pairsum_valid
 
 pytest.importorskip("gguf")

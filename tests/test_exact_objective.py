@@ -1,4 +1,4 @@
-"""The sampling-free arm's objective (rlvr_div.exact_objective): its value against the exact measurements of
+"""The sampling-free arm's objective (rlvr_div.exact.objective): its value against the exact measurements of
 rlvr_div.exact, its gradient against finite differences, and ascent that climbs toward the closed-form maximum."""
 
 import math
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr_div.calibration import bernoulli_kl
 from rlvr_div.exact import ExactPrompt, prompt_metrics, sequence_logprobs
-from rlvr_div.exact_objective import (
+from rlvr_div.exact.objective import (
     ascend,
     closed_form_objective,
     exact_objective,
@@ -18,6 +17,7 @@ from rlvr_div.exact_objective import (
     valid_set_logprobs,
 )
 from rlvr_div.tasks.synthetic import pairsum_valid
+from rlvr_div.theory.calibration import bernoulli_kl
 
 PROMPTS = ["sum 3:", "sum 6:", "sum 2:"]
 
@@ -227,7 +227,7 @@ def test_rows_are_scored_on_the_models_device(monkeypatch):
     """The batch is built on the CPU; valid_set_logprobs moves it to the model's device (the meta device stands in
     for a GPU: a CPU tensor met by a meta one fails, as it would beside a CUDA one)."""
     import rlvr_div.logprobs
-    from rlvr_div.exact_objective import ValidSetBatch
+    from rlvr_div.exact.objective import ValidSetBatch
 
     def on_device(model, input_ids, attention_mask, columns, temperature=1.0):
         device = next(model.parameters()).device

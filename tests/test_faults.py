@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import rlvr_div.run_lock as run_lock
+import rlvr_div.runs.run_lock as run_lock
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import directory_lock, lock_paths
+from rlvr_div.runs.run_lock import directory_lock, lock_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny" / "grpo.yaml")

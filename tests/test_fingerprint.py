@@ -1,4 +1,5 @@
-"""`rlvr_div.fingerprint`: which files count, the per-file hash cache, adapters, GGUF, hub snapshots, the tiny base."""
+"""`rlvr_div.models.fingerprint`: which files count, the per-file hash cache, adapters, GGUF, hub snapshots, the tiny
+base."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.fingerprint import UNHASHED, check_fingerprint, model_fingerprint
+from rlvr_div.models.fingerprint import UNHASHED, check_fingerprint, model_fingerprint
 
 
 @pytest.fixture
@@ -122,7 +123,7 @@ def test_hub_id_reads_its_local_snapshot(model_dir, tmp_path, monkeypatch, caplo
 
     assert model_fingerprint("org/tiny-copy") == model_fingerprint(str(model_dir))
     assert model_fingerprint("org/tiny-copy", revision=commit) == model_fingerprint(str(model_dir))
-    with caplog.at_level(logging.WARNING, logger="rlvr_div.fingerprint"):
+    with caplog.at_level(logging.WARNING, logger="rlvr_div.models.fingerprint"):
         assert model_fingerprint("org/tiny-copy", revision="v2") == f"{UNHASHED}org/tiny-copy@v2"
         assert model_fingerprint("org/absent") == f"{UNHASHED}org/absent@main"
     assert "no local snapshot" in caplog.text

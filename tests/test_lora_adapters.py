@@ -90,7 +90,7 @@ def test_adapter_trained_on_tiny_survives_a_moved_cache(tiny_path, tmp_path, mon
     from peft import get_peft_model
 
     from rlvr_div.models import load_model, lora_config
-    from rlvr_div.tiny_base import TinySpec
+    from rlvr_div.models.tiny_base import TinySpec
 
     name = f"tiny-{TinySpec().key()}"
     cache_a, cache_b = tmp_path / "cache_a", tmp_path / "cache_b"
@@ -128,7 +128,7 @@ def test_an_adapter_is_loaded_on_the_base_revision_it_records(random_adapter, tm
     import transformers
 
     from eval.runner import load_for_eval, resolve_model_ref
-    from rlvr_div.fingerprint import model_fingerprint
+    from rlvr_div.models.fingerprint import model_fingerprint
 
     adapter = tmp_path / "adapter"
     shutil.copytree(random_adapter, adapter)

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from rlvr_div.model_card import name_base_in_model_card, rewrite_card
 from rlvr_div.models import SHIPPED_PREFIX, portable_model_name, resolve_model
-from rlvr_div.tiny_base import SHIPPED_DIR, TINY_BASES
+from rlvr_div.models.model_card import name_base_in_model_card, rewrite_card
+from rlvr_div.models.tiny_base import SHIPPED_DIR, TINY_BASES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.models import is_hub_id, load_model, load_tokenizer, resolve_model
+from rlvr_div.models.tiny_base import TINY_ALPHABET, TinySpec, build_char_tokenizer, build_tiny_model
 from rlvr_div.rewards import get_reward
 from rlvr_div.tasks import get_task
-from rlvr_div.tiny_base import TINY_ALPHABET, TinySpec, build_char_tokenizer, build_tiny_model
 
 
 def test_char_tokenizer_round_trips_and_prepends_bos():

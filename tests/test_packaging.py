@@ -30,7 +30,7 @@ def test_the_shipped_tiny_bases_are_package_data():
     """Every file of every shipped tiny base is matched by the package-data patterns, so a wheel carries them."""
     import fnmatch
 
-    from rlvr_div.tiny_base import SHIPPED_DIR
+    from rlvr_div.models.tiny_base import SHIPPED_DIR
 
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["rlvr_div"]
     package = SHIPPED_DIR.parent

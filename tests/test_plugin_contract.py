@@ -272,12 +272,12 @@ _NAMES_PLUGIN_KEYS = {
     ),
     "rlvr_div.trainers.__init__": ({"divergence", "dpg"}, "the trainer names 'divergence' and 'dpg', not keys"),
     "rlvr_div.trainers.dpg_trainer": ({"dpg"}, "trainer: dpg is the GRPO config with dpg: true"),
-    "rlvr_div.beta_controller": (
+    "rlvr_div.theory.beta_controller": (
         {"target_validity"},
         "the controller's own quantity, which the validity target drives",
     ),
-    "rlvr_div.calibration": ({"target_validity"}, "the calibration command's option of that name"),
-    "rlvr_div.calibration_report": ({"target_validity"}, "the calibration command's option of that name"),
+    "rlvr_div.theory.calibration": ({"target_validity"}, "the calibration command's option of that name"),
+    "rlvr_div.theory.calibration_report": ({"target_validity"}, "the calibration command's option of that name"),
 }
 
 

@@ -341,7 +341,7 @@ def test_a_driver_killed_mid_stage_leaves_its_time_counted(tmp_path: Path, same_
 
 
 HOLD = (
-    "import sys, time\nfrom rlvr_div.run_lock import directory_lock\n"
+    "import sys, time\nfrom rlvr_div.runs.run_lock import directory_lock\n"
     "with directory_lock(sys.argv[1], 'real-math study', '--out'):\n"
     "    print('held', flush=True)\n"
     "    time.sleep(60)\n"

@@ -552,9 +552,9 @@ def test_trainer_api_refuses_a_rehearsal_set_of_another_tokenizer(rehearsal_dir,
     from transformers import AutoTokenizer
 
     from rlvr_div.errors import ConfigError
+    from rlvr_div.models.tiny_base import build_char_tokenizer
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task
-    from rlvr_div.tiny_base import build_char_tokenizer
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     other = build_char_tokenizer("0123456789+-=: ")

@@ -1,8 +1,8 @@
-"""rlvr_div.resume_order: the epochs a resumed run replays, counted as the Trainer counts them."""
+"""rlvr_div.runs.resume_order: the epochs a resumed run replays, counted as the Trainer counts them."""
 
 import pytest
 
-from rlvr_div.resume_order import epochs_trained
+from rlvr_div.runs.resume_order import epochs_trained
 
 
 @pytest.mark.parametrize(

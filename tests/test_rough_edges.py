@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlvr_div.cli import _commands, _usage, build_tiny_main, list_main
+from rlvr_div.models.tiny_base import TINY_BASES
 from rlvr_div.rewards import math as math_rewards
-from rlvr_div.tiny_base import TINY_BASES
 
 ROOT = Path(__file__).resolve().parents[1]
 

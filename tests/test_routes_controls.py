@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from collapse_bench.spec import load_benchmark
+from rlvr_div.models.tiny_base import TINY_BASES, build_fingerprint, shipped_manifest
 from rlvr_div.rewards import get_reward
 from rlvr_div.tasks import get_task, get_task_spec
 from rlvr_div.tasks.routes import COLUMN, DIRECT
-from rlvr_div.tiny_base import TINY_BASES, build_fingerprint, shipped_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 

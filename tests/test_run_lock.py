@@ -1,5 +1,5 @@
-"""One writer per output directory (:mod:`rlvr_div.run_lock`): while another process holds a directory, a training run
-or an evaluation on it stops in one line naming that process's PID, before anything is written; a lock left by a
+"""One writer per output directory (:mod:`rlvr_div.runs.run_lock`): while another process holds a directory, a training
+run or an evaluation on it stops in one line naming that process's PID, before anything is written; a lock left by a
 process killed with SIGKILL is taken by the next writer."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
-from rlvr_div.run_lock import directory_lock, holder, lock_paths
+from rlvr_div.runs.run_lock import directory_lock, holder, lock_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD = (  # python -c HOLD DIRECTORY WHAT: hold DIRECTORY's lock as WHAT, say so, sleep
-    "import sys, time\nfrom rlvr_div.run_lock import directory_lock\n"
+    "import sys, time\nfrom rlvr_div.runs.run_lock import directory_lock\n"
     "with directory_lock(sys.argv[1], sys.argv[2], '--output-dir'):\n"
     "    print('held', flush=True)\n"
     "    time.sleep(120)\n"
@@ -126,7 +126,7 @@ def test_a_killed_holders_lock_is_taken_over(tmp_path):
 
 def _read_only_parent(monkeypatch, out: Path) -> None:
     """Locks may be created only inside ``out`` (its parent is read-only, as for a mounted volume)."""
-    import rlvr_div.run_lock as run_lock
+    import rlvr_div.runs.run_lock as run_lock
 
     real = run_lock._acquire
 
@@ -155,7 +155,7 @@ def test_an_unwritable_parent_puts_the_lock_inside_and_a_file_parent_is_one_line
 def test_starting_over_keeps_a_lock_held_inside_the_directory(tmp_path, monkeypatch):
     """--fresh of the benchmark and the β study clears the directory but not the lock a holder keeps inside it (a
     parent that is not writable): deleting it would let a second writer in beside the first."""
-    import rlvr_div.run_lock as run_lock
+    import rlvr_div.runs.run_lock as run_lock
     from collapse_bench.beta_spec import load_study
     from collapse_bench.beta_study import run_study
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from train_checks import assert_train_refuses, make_trainer, run_recipe, trainer_config
 
-from rlvr_div.calibration import validity_at
+from rlvr_div.theory.calibration import validity_at
 from rlvr_div.trainers.common import group_advantages, policy_logps_no_grad
 from rlvr_div.trainers.sequence_kl import penalised_rewards
 

@@ -11,11 +11,11 @@ import pytest
 from collapse_bench.base_profile import near_perfect_share, pstar_skew
 from rlvr_div.errors import ConfigError
 from rlvr_div.models import portable_model_name, resolve_model
+from rlvr_div.models.tiny_base import TINY_BASES, TinySpec, build_tiny_model, tiny_by_name
 from rlvr_div.rewards import get_reward
 from rlvr_div.tasks import get_task, get_task_spec
 from rlvr_div.tasks.carry import carry_skill, has_carry
 from rlvr_div.tasks.skewsum import SKEW_RATIO, SKEWSUM_EASY, skewsum_error_rate
-from rlvr_div.tiny_base import TINY_BASES, TinySpec, build_tiny_model, tiny_by_name
 
 
 def test_carry_splits_are_fixed_disjoint_and_answered():

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_div import tiny_base
 from rlvr_div.errors import ConfigError
-from rlvr_div.fingerprint import model_fingerprint
-from rlvr_div.tiny_base import (
+from rlvr_div.models import tiny_base
+from rlvr_div.models.fingerprint import model_fingerprint
+from rlvr_div.models.tiny_base import (
     MANIFEST_NAME,
     SHIPPED_DIR,
     TINY_BASES,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlvr_div import toy
-from rlvr_div.calibration import kl_filtered_to_tilted, kl_tilted_to_base, validity_at
 from rlvr_div.errors import ConfigError
+from rlvr_div.theory.calibration import kl_filtered_to_tilted, kl_tilted_to_base, validity_at
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -32,7 +32,7 @@ def _model_dir(path: Path, vocab: int, head_scale: float = 1.0, seed: int = 0) -
     tied head/embedding times ``head_scale`` (1: near-uniform next-token distributions)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlvr_div.tiny_base import build_char_tokenizer
+    from rlvr_div.models.tiny_base import build_char_tokenizer
 
     tok = build_char_tokenizer()
     torch.manual_seed(seed)

@@ -57,8 +57,10 @@ def test_train_walk_from_argv_to_trl(tiny_path):
     assert walk.rooms[:2] == ["rlvr_div.cli", "rlvr_div.cpu_threads"] and entries["rlvr_div.train"] == 1
     assert entries["rlvr_div.recipe"] <= 2 and entries["rlvr_div.preflight"] <= 4
     # every climb (a call into a higher floor) goes through a table of names: the command's entry point (cli), a
-    # task's or a reward's builder
-    climbs = {(a, b) for a, b in zip(walk.callers, walk.rooms) if a is not None and walk.floor[b] > walk.floor[a]}
+    # task's or a reward's builder; a package calling into its own submodule (rlvr_div.models into its tiny_base) is a
+    # call within one room, which the import graph leaves out of the floors
+    climbs = {(a, b) for a, b in zip(walk.callers, walk.rooms)
+              if a is not None and walk.floor[b] > walk.floor[a] and not b.startswith(f"{a}.")}  # fmt: skip
     assert all(a in ("rlvr_div.cli", "rlvr_div.tasks", "rlvr_div.rewards", "rlvr_div.registry") for a, _ in climbs)
 
 

@@ -299,7 +299,7 @@ def test_a_fewshot_completion_ends_with_its_line_in_eval_and_training(tmp_path, 
 def test_training_a_stop_text_task_with_vllm_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys) -> None:
     from rlvr_div.cli import main as cli_main
 
-    monkeypatch.setattr("rlvr_div.tiny_base.tiny_model_path", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr("rlvr_div.models.tiny_base.tiny_model_path", lambda *a, **k: pytest.fail("model loaded"))
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.yaml"
     argv = ["train", "--config", str(recipe), "--task", "wordmath", "--use_vllm", "true", "--output_dir", str(tmp_path)]
     rc = cli_main(argv)

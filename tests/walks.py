@@ -143,7 +143,7 @@ if __name__ == "__main__":
     import json
     import tempfile
 
-    from rlvr_div.tiny_base import tiny_model_path
+    from rlvr_div.models.tiny_base import tiny_model_path
 
     with tempfile.TemporaryDirectory() as out:
         walk = train_walk(["--config", str(ROOT / "recipes" / "tiny" / "grpo.yaml"), "--model_name_or_path",

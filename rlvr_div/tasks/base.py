@@ -22,8 +22,8 @@ class TaskSpec:
     ``ends_with_eos`` (chat prompts, the tiny model's tasks) a valid completion is that text then the tokenizer's EOS,
     without it each listed string carries its own end (a completion-style prompt's newline) and no EOS follows.
     ``corpus(rng) -> (prompt, completion)``, for the tasks the built-in tiny bases are pretrained on
-    (:mod:`rlvr_div.tiny_base`), draws one pretraining example. ``one_answer``: every prompt has exactly one valid
-    completion under ``reward`` (settings that act only between several valid answers are refused on it).
+    (:mod:`rlvr_div.models.tiny_base`), draws one pretraining example. ``one_answer``: every prompt has exactly one
+    valid completion under ``reward`` (settings that act only between several valid answers are refused on it).
     ``strategy(completion) -> str | None`` names the strategy a completion takes, for tasks whose answers are reached
     by several (the benchmark then tracks the valid mass of ``minority_strategy``); ``class_column`` names the row
     column that sorts prompts into classes, reported one by one (e.g. a class training never shows).

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import torch
 
-from rlvr_div.calibration import validity_at
 from rlvr_div.errors import ConfigError
+from rlvr_div.theory.calibration import validity_at
 from rlvr_div.toy.families import FAMILIES, FAMILY_CLASSES, PEAKED_STARTS, Family, Fit, Tabular
 from rlvr_div.toy.objectives import (
     DEFAULT_ALPHA,

@@ -1,6 +1,6 @@
 """The validity-target controller as a GRPO plug-in (``beta_schedule: validity_target``): the divergence coefficient
 β is adapted after every scored training batch so that the running validity tracks ``target_validity``
-(:class:`rlvr_div.beta_controller.ValidityTargetController`: a PI law on 1/β, the tilted model's closed form
+(:class:`rlvr_div.theory.beta_controller.ValidityTargetController`: a PI law on 1/β, the tilted model's closed form
 μ(β) = σ(logit A + 1/β), or on log β). Logged: ``controller/beta`` and ``controller/running_validity``. The
 controller's state travels with every checkpoint (``validity_controller.json``, written before
 ``trainer_state.json``), so a resumed run continues with the same β.
@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from rlvr_div.beta_controller import ValidityTargetController
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import NON_NEGATIVE, OPEN_UNIT, POSITIVE, PROBABILITY
+from rlvr_div.theory.beta_controller import ValidityTargetController
 from rlvr_div.trainers import trl_seam
 from rlvr_div.trainers.plugin import GRPOPlugin, kl_penalties, kl_penalty_coef, register_plugin
 

@@ -1,14 +1,14 @@
 """The validity-target β controller: adapts the KL coefficient β online so that the running validity rate tracks a
-target, using the tilted model's closed form ``1/β = logit μ − logit A`` (:mod:`rlvr_div.calibration`). Pure Python;
-its GRPO plug-in is :mod:`rlvr_div.trainers.validity_target` (``beta_schedule: validity_target``).
+target, using the tilted model's closed form ``1/β = logit μ − logit A`` (:mod:`rlvr_div.theory.calibration`). Pure
+Python; its GRPO plug-in is :mod:`rlvr_div.trainers.validity_target` (``beta_schedule: validity_target``).
 """
 
 from __future__ import annotations
 
 import math
 
-from rlvr_div.calibration import beta_for, check_beta, check_open_unit, logit, sigmoid
 from rlvr_div.errors import ConfigError
+from rlvr_div.theory.calibration import beta_for, check_beta, check_open_unit, logit, sigmoid
 
 ACTUATORS = ("inverse", "log")  # the quantity the validity-target controller's PI law acts on: 1/β or log β
 _LOGIT_EPS = 1e-6  # running validities are clamped to [eps, 1 - eps] before taking a logit
@@ -135,7 +135,8 @@ class ValidityTargetController:
             log_beta_star = min(max(log_beta_star, math.log(self.beta_min)), math.log(self.beta_max))  # anti-wind-up
             self._logit_base = logit_target - math.exp(-log_beta_star)
             self.beta = min(max(math.exp(log_beta_star + self.prop_gain * err), self.beta_min), self.beta_max)
-        else:  # PI on 1/β (the tilted model's closed form): logit Â ← logit Â + gain·e
+        else:
+            # PI on 1/β (the tilted model's closed form): logit Â ← logit Â + gain·e
             inv_beta_star = logit_target - (self._logit_base + step)
             inv_beta_star = min(max(inv_beta_star, 1.0 / self.beta_max), 1.0 / self.beta_min)  # no wind-up
             self._logit_base = logit_target - inv_beta_star

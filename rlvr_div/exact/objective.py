@@ -11,7 +11,8 @@ V(x) ∪ {⊥}. The objective is
 
 It is the sequence-level objective E_π[v] − β·KL(π‖a) of binary-reward RLVR less β·(1 − μ)·KL(π(·|invalid) ‖
 a(·|invalid)), the one term no enumeration reaches; that term is ≥ 0 and is 0 at the optimum, so J has the same
-optimum on V: π(·|valid) = p* = a(·|valid) and μ(x) = σ(logit A(x) + 1/β) (:func:`rlvr_div.calibration.validity_at`),
+optimum on V: π(·|valid) = p* = a(·|valid) and μ(x) = σ(logit A(x) + 1/β)
+(:func:`rlvr_div.theory.calibration.validity_at`),
 at every β > 0. With β = 0, J = mean_x μ(x). Gradient ascent on J (AdamW as the sampled runs use it, the full valid
 set of every training prompt in one batch) removes sampling noise entirely: a policy that still drifts away from p*
 as β falls is driven there by its parameterisation and the optimiser, not by the sampler.

@@ -180,7 +180,7 @@ def build_fingerprint(spec: TinySpec, libraries: bool = True) -> str:
 # would differ in the last bits from the one behind the committed results. ``tiny_bases/manifest.json`` records, per
 # ``tiny-<spec hash>``, the sha256 of every shipped file, the build recipe (:func:`build_fingerprint` without the
 # library versions) and where the files were built; ``rlvr-div build-tiny NAME --ship`` rebuilds and re-ships one.
-SHIPPED_DIR = Path(__file__).resolve().parent / "tiny_bases"
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "tiny_bases"  # package data of rlvr_div (pyproject.toml)
 MANIFEST_NAME = "manifest.json"
 
 

@@ -9,8 +9,8 @@ and, because ``p_β = μ·p* + (1 − μ)·a(·|invalid)`` with ``p* = a(·|vali
 
     KL(p_β‖a) = μ·log(μ/A) + (1 − μ)·log((1 − μ)/(1 − A))   (a Bernoulli KL),     KL(p*‖p_β) = −log μ.
 
-``rlvr-div calibrate`` (:mod:`rlvr_div.calibration_report`) turns these into numbers;
-:class:`rlvr_div.beta_controller.ValidityTargetController` uses them to adapt β online.
+``rlvr-div calibrate`` (:mod:`rlvr_div.theory.calibration_report`) turns these into numbers;
+:class:`rlvr_div.theory.beta_controller.ValidityTargetController` uses them to adapt β online.
 """
 
 from __future__ import annotations

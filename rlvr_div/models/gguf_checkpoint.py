@@ -13,7 +13,7 @@ The weights are the file's dequantised tensors (float32, as transformers dequant
 by the file's content, so two copies of one file share it and a changed file gets a new one. Concurrent processes
 wait on a file lock for one conversion; a conversion is written to a temporary directory and renamed.
 
-Which file a ``package:NAME`` reference means is :mod:`rlvr_div.gguf_packages`.
+Which file a ``package:NAME`` reference means is :mod:`rlvr_div.models.gguf_packages`.
 """
 
 from __future__ import annotations

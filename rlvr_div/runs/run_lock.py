@@ -15,7 +15,7 @@ takes the lock again on the new one. A process that is killed leaves its file, w
 
 Before the lock is taken, the directory must be writable (:func:`check_writable`): a file given as the directory,
 or a directory (or, not made yet, its nearest existing parent) where a probe file cannot be written or whose device
-has less than :data:`rlvr_div.disk_space.MIN_FREE_BYTES` free, is one line before anything is created or loaded.
+has less than :data:`rlvr_div.runs.disk_space.MIN_FREE_BYTES` free, is one line before anything is created or loaded.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlvr_div.disk_space import check_free_space
 from rlvr_div.errors import ConfigError
+from rlvr_div.runs.disk_space import check_free_space
 
 _LOCKS: dict[str, Any] = {}  # one FileLock per lock path in this process: flock is per open file, not per process
 _INSIDE = ".rlvr-div"  # the lock's stem inside the directory when its parent is not writable

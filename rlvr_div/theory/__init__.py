@@ -1,0 +1,1 @@
+"""The theory: β ↔ validity closed forms (calibration, its report) and the validity-target β controller."""
