@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from rlvr_div.recipe import parse_recipe
-from rlvr_div.rehearsal import main as rehearse
+from rlvr_div.rehearse import main as rehearse
 from rlvr_div.train import build_trainer
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes/tiny"

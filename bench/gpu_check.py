@@ -195,7 +195,8 @@ def build_rehearsal_set(
     device: str,
     seed: int = 0,
 ) -> Path:
-    """A DPH-RL rehearsal set in ``out``, in the layout ``rlvr-div rehearse`` writes (:mod:`rlvr_div.rehearsal_set`):
+    """A DPH-RL rehearsal set in ``out``, in the layout ``rlvr-div rehearse`` writes
+    (:mod:`rlvr_div.trainers.dph.rehearsal_set`):
     ``count`` rows cycling over ``prompts``, each with ``completion_tokens`` ids drawn uniformly from the non-special
     vocabulary (a random model's "correct" samples mean nothing; the cost depends on the shapes), their reference
     log-probs log softmax(logits / T)[y_t] under the saved model, the prompts as D_exp, and a summary.json."""
@@ -203,7 +204,7 @@ def build_rehearsal_set(
     from transformers import AutoTokenizer
 
     from rlvr_div.logprobs import token_logprobs
-    from rlvr_div.rehearsal_set import D_EXP_DIR, REHEARSAL_DIR, SUMMARY, tokenizer_hash
+    from rlvr_div.trainers.dph.rehearsal_set import D_EXP_DIR, REHEARSAL_DIR, SUMMARY, tokenizer_hash
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rows = [prompts[i % len(prompts)] for i in range(count)]

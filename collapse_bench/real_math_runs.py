@@ -206,7 +206,7 @@ class Driver:
 
     def rehearse(self, arm: Arm, indices: list[int] | None) -> Path:
         """DPH-RL's offline stage for ``arm``, once (``rehearsal/<arm>``, finished when it has its summary)."""
-        from rlvr_div.rehearsal_set import SUMMARY
+        from rlvr_div.trainers.dph.rehearsal_set import SUMMARY
 
         path = self.out / "rehearsal" / arm.name
         if not (path / SUMMARY).is_file():

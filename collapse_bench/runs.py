@@ -89,7 +89,7 @@ def measure_base(bench: Benchmark, out: Path) -> dict[str, Any]:
 
 def build_rehearsal_sets(bench: Benchmark, out: Path) -> None:
     """The DPH-RL offline stage for every task that a rehearsal method runs on (resumable: ``rlvr-div rehearse``)."""
-    from rlvr_div.rehearsal import main as rehearse
+    from rlvr_div.rehearse import main as rehearse
 
     for task in bench.tasks:
         methods = [m for m in bench.methods_of(task) if m.rehearsal]

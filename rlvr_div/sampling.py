@@ -1,6 +1,6 @@
 """Batched sampling of n completions per prompt, reproducible per prompt, with HF ``generate`` or vLLM.
 
-Shared by evaluation (``eval``) and the DPH-RL offline stage (``rlvr_div.rehearsal``).
+Shared by evaluation (``eval``) and the DPH-RL offline stage (``rlvr_div.trainers.dph.offline``).
 
 Distribution. Each completion token is drawn from softmax(logits / T) restricted to the top-p nucleus (the smallest
 set of most likely tokens whose mass reaches ``top_p``) and renormalised; T = 0 is greedy decoding. Nothing else from

@@ -266,11 +266,12 @@ _NAMES_PLUGIN_KEYS = {
         {"divergence", "dph_alpha", "js_scale"},
         "the divergences' own parameter checks, shared by the divergence and rehearsal terms",
     ),
-    "rlvr_div.rehearsal": (
+    "rlvr_div.trainers.dph.offline": (
         {"rehearsal_path", "rehearsal_sampling_batch_size"},
-        "DPH-RL's offline stage, its own command (rlvr-div rehearse)",
+        "DPH-RL's offline stage, which reads the recipe's offline-stage keys",
     ),
-    "rlvr_div.trainers.__init__": ({"divergence", "dpg"}, "the trainer names 'divergence' and 'dpg', not keys"),
+    "rlvr_div.rehearse": ({"rehearsal_path"}, "DPH-RL's offline stage as a command (rlvr-div rehearse)"),
+    "rlvr_div.trainers": ({"divergence", "dpg"}, "the trainer names 'divergence' and 'dpg', not keys"),
     "rlvr_div.trainers.dpg_trainer": ({"dpg"}, "trainer: dpg is the GRPO config with dpg: true"),
     "rlvr_div.theory.beta_controller": (
         {"target_validity"},
@@ -339,8 +340,9 @@ def test_no_module_names_another_plug_in_s_keys():
     owners, own = _plugin_keys()
     assert {"covariance_penalty", "simko", "dpg_alpha", "reward_shaping", "mara_tau"} <= set(owners)  # found them
     root = Path(__file__).resolve().parents[1]
-    modules = {
-        ".".join(p.relative_to(root).with_suffix("").parts): p for p in sorted((root / "rlvr_div").rglob("*.py"))
+    modules = {  # a package by its name (its __init__ is the module a plug-in class of it lives in)
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted((root / "rlvr_div").rglob("*.py"))
     }
     found = [use for module, path in modules.items() for use in _foreign_keys(path, module, owners, own)]
     assert not found, found

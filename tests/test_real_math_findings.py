@@ -163,3 +163,21 @@ def test_forward_kl_seed1_ends_highest_but_the_registered_primary_does_not_favou
     assert "**9.0 lost [4.0, 15.0], 18.0 gained [11.0, 26.0]**" in words and "+4.65 and +3.21" in words
     assert "forward KL at 0.091 and 0.420 (9.0 lost, 18.0 gained)" in words
     assert "train 4,218 s (70.3 s/step; niced tests ran beside it at times), evals 2,066 s" in words
+
+
+def test_dph_rehearsal_set_was_amended_before_any_result():
+    """The DPH-RL arm's first offline stage (the fresh-sample rule) kept 1 sample for its 4 D_pef problems; the arm's
+    runs use ``any_correct``, which keeps one for each, drawn from the same 8 + 1 samples of each problem."""
+    first = ROOT / "bench" / "results" / "real_math" / "pilot" / "dph_rehearsal_fresh"
+    now = STUDY / "rehearsal" / "dph"
+    if not (now / "summary.json").is_file():
+        pytest.skip("the DPH arm's rehearsal set is not committed")
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (first, now))
+    assert (a["n_pef"], a["n_rehearsal"], "keep" in a) == (4, 1, False)
+    assert (b["n_pef"], b["n_rehearsal"], b["keep"], b["threshold"], b["k"]) == (4, 4, "any_correct", 2, 8)
+    records = [[json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()] for d in (first, now)]
+    key = [[(r["index"], r["completions"], r["correct"], r["extra"]["correct"]) for r in rs] for rs in records]
+    assert key[0] == key[1]  # the same samples: seeded per prompt, only the rule differs
+    assert sum(r["extra"]["correct"] for r in records[1] if r["c"] >= 2) == 1
+    words = _words()
+    assert "left 1 rehearsal sample for the 4 D_pef problems" in words and "from a(·|correct)): 4 samples" in words

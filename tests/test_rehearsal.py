@@ -264,9 +264,9 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
 
     from rlvr_div.logprobs import token_logprobs
     from rlvr_div.models import load_model, load_tokenizer
-    from rlvr_div.rehearsal_set import RehearsalSamples
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task
+    from rlvr_div.trainers.dph.rehearsal_set import RehearsalSamples
     from rlvr_div.trainers.grpo import DivergenceGRPOConfig, DivergenceGRPOTrainer
 
     bf16 = precision == "bf16"
@@ -318,7 +318,7 @@ def test_folded_rehearsal_rows_keep_every_row_at_its_own_positions(architecture,
 
 
 def _rehearse_in_process(out: Path, *extra: str) -> dict:
-    from rlvr_div.rehearsal import main as rehearse_main
+    from rlvr_div.rehearse import main as rehearse_main
 
     argv = ["--config", RECIPE, "--rehearsal_path", str(out), "--task_size", "12", *extra]
     assert rehearse_main(argv) == 0
@@ -330,9 +330,9 @@ def test_offline_stage_judges_correctness_with_the_validity_reward(tmp_path, tin
     reward, a format check that no pairsum answer passes, must not decide the split). The verdicts differ on a
     correct answer, and the base need not sample one: the first sample of every prompt is replaced, as the sampler
     hands it over, by a correct one, ``<target>+0``, which pair_sum passes and math_format fails."""
-    from rlvr_div import rehearsal
     from rlvr_div.rewards import get_reward
     from rlvr_div.tasks import get_task
+    from rlvr_div.trainers.dph import offline as rehearsal
 
     verifier, first = get_reward("pair_sum"), get_reward("math_format")
     data = get_task("pairsum", split="train", seed=0).select(range(12))
@@ -469,8 +469,8 @@ def test_offline_stage_keys_left_unset_at_train_are_the_sets(rehearsal_dir):
     from types import SimpleNamespace
 
     from rlvr_div.errors import ConfigError
-    from rlvr_div.rehearsal_set import check_rehearsal
     from rlvr_div.trainers.dph import given_offline_stage, offline_stage
+    from rlvr_div.trainers.dph.rehearsal_set import check_rehearsal
 
     unset = SimpleNamespace(rehearsal_k=None, rehearsal_threshold=None, rehearsal_top_p=None, rehearsal_keep=None)
     assert given_offline_stage(unset) == {}
@@ -492,8 +492,8 @@ def test_any_correct_keeps_one_sample_for_every_d_pef_prompt(rehearsal_dir, tmp_
     from types import SimpleNamespace
 
     from rlvr_div.errors import ConfigError
-    from rlvr_div.rehearsal_set import check_rehearsal
     from rlvr_div.trainers.dph import given_offline_stage
+    from rlvr_div.trainers.dph.rehearsal_set import check_rehearsal
 
     out = tmp_path / "any_correct"
     out.mkdir()
@@ -525,7 +525,7 @@ def test_any_correct_sample_is_a_draw_from_the_filtered_model():
     kept answers' frequencies are within 0.015 of a*(y) = a(y)/A (their standard error is ≤ 0.0036)."""
     import random
 
-    from rlvr_div.rehearsal import kept_sample
+    from rlvr_div.trainers.dph.offline import kept_sample
 
     a = {"c1": 0.05, "c2": 0.1, "c3": 0.15, "w1": 0.3, "w2": 0.4}
     correct_mass = a["c1"] + a["c2"] + a["c3"]

@@ -255,12 +255,14 @@ def register_plugin(phase: str, after: tuple[str, ...] = ()) -> Callable[[P], P]
 
 @functools.cache
 def plugin_modules() -> tuple[str, ...]:
-    """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` that registers a plug-in (a line that starts with
-    ``@register_plugin(``), by name. A method is added by its module alone and removed by deleting it."""
+    """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` (or package, by its ``__init__``: DPH-RL's room)
+    that registers a plug-in (a line that starts with ``@register_plugin(``), by name. A method is added by its module
+    alone and removed by deleting it."""
     package = importlib.import_module(PLUGIN_PACKAGE)
     found = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        source = Path(package.__path__[0]) / f"{info.name}.py"
+        where = Path(package.__path__[0]) / info.name  # a module, or a package whose __init__ registers the plug-in
+        source = where / "__init__.py" if info.ispkg else where.with_suffix(".py")
         if source.is_file() and re.search(r"^@register_plugin\(", source.read_text(), re.M):
             found.append(f"{PLUGIN_PACKAGE}.{info.name}")
     return tuple(found)

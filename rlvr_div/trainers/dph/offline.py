@@ -11,8 +11,8 @@ default), or, with ``rehearsal_keep: any_correct``, the first correct of the k w
 prompt keeps one sample, and it is still a draw from a(·|x, correct) (:func:`kept_sample`). The kept sample is stored
 with its token ids and per-token reference log-probs log a(y_t | x, y_<t) computed at the sampling temperature, so
 that training needs no reference model. The output directory's layout, its checks and the served batches are in
-:mod:`rlvr_div.rehearsal_set`; ``samples.jsonl`` gets one line per prompt as soon as it is scored, so a killed run
-resumes where it stopped.
+:mod:`rlvr_div.trainers.dph.rehearsal_set`; ``samples.jsonl`` gets one line per prompt as soon as it is scored, so
+a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.rehearsal_set import D_EXP_DIR, REHEARSAL_DIR, SUMMARY, tokenizer_hash
+from rlvr_div.trainers.dph.rehearsal_set import D_EXP_DIR, REHEARSAL_DIR, SUMMARY, tokenizer_hash
 
 
 def _append(f: Any, record: dict[str, Any]) -> None:
@@ -279,29 +278,3 @@ def _save(ds: Any, path: Path) -> None:
     ds.save_to_disk(str(tmp))
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``rlvr-div rehearse --config recipe.yaml [--key value ...]``: the DPH-RL offline stage of a DPH recipe."""
-    import logging
-
-    from rlvr_div.recipe import parse_recipe, validate
-
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    script, training, model_args = parse_recipe(argv)
-    if getattr(training, "rehearsal_path", None) is None:
-        raise ConfigError("the recipe has no rehearsal_path (use `trainer: divergence` with `rehearsal_path: DIR`)")
-    validate(script, training, model_args, check_inputs=False)
-    if training.use_vllm:
-        from rlvr_div.sampling import vllm_available
-
-        if not vllm_available():
-            raise ConfigError("use_vllm: true needs the vllm package (pip install 'rlvr-div[vllm]'), or use_vllm false")
-        if script.gguf_file:
-            raise ConfigError("the offline stage cannot serve gguf_file with vLLM; set use_vllm false")
-    summary = build_rehearsal_set(script, training, model_args)
-    keys = ("n_prompts", "n_pef", "n_exp", "n_rehearsal")
-    print(" ".join(f"{k}={summary[k]}" for k in keys), f"-> {training.rehearsal_path}")
-    if summary["n_rehearsal"] == 0:
-        print("warning: the rehearsal set is empty (no D_pef prompt kept a correct extra sample)", file=sys.stderr)
-    return 0

@@ -15,9 +15,10 @@ forward and one backward per micro-step, as in GRPO without KL), every token at 
 :meth:`Rehearsal.forward`); a separate forward is used only where TRL's loss does not score per-token log-probs.
 
 The ``rehearsal_k``, ``rehearsal_threshold``, ``rehearsal_top_p``, ``rehearsal_keep`` and
-``rehearsal_sampling_batch_size`` keys are read by the offline stage (``rlvr-div rehearse``, :mod:`rlvr_div.rehearsal`)
-from the same recipe; the stored set decides them for training, so the first four, when a training recipe gives them,
-must equal the set's (:meth:`Rehearsal.check_inputs`; unset, they are taken from the set).
+``rehearsal_sampling_batch_size`` keys are read by the offline stage (``rlvr-div rehearse``,
+:mod:`rlvr_div.trainers.dph.offline`) from the same recipe; the stored set decides them for training, so the first four,
+when a training recipe gives them, must equal the set's (:meth:`Rehearsal.check_inputs`; unset, they are taken from the
+set).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ class Rehearsal(GRPOPlugin):
 
     def __init__(self, trainer: Any, samples: Any = None) -> None:
         """``samples``: the stored rehearsal samples (default: loaded from ``rehearsal_path``)."""
-        from rlvr_div.rehearsal_set import load_rehearsal_samples
+        from rlvr_div.trainers.dph.rehearsal_set import load_rehearsal_samples
 
         super().__init__(trainer)
         self.samples = load_rehearsal_samples(trainer.args.rehearsal_path) if samples is None else samples
@@ -172,7 +173,7 @@ class Rehearsal(GRPOPlugin):
         """The rehearsal set exists, is not empty, and comes from this model, tokenizer and temperature, and from the
         offline-stage settings the recipe gives (k, threshold, top_p)."""
         from rlvr_div.models import load_tokenizer, resolve_model
-        from rlvr_div.rehearsal_set import check_rehearsal
+        from rlvr_div.trainers.dph.rehearsal_set import check_rehearsal
 
         with relative_path_hint(training.rehearsal_path):
             path = resolve_model(model.model_name_or_path, script.gguf_file)
@@ -185,7 +186,7 @@ class Rehearsal(GRPOPlugin):
         """D_exp: the prompts the offline stage left out of D_pef (GRPO explores there, the term rehearses D_pef)."""
         import datasets
 
-        from rlvr_div.rehearsal_set import D_EXP_DIR
+        from rlvr_div.trainers.dph.rehearsal_set import D_EXP_DIR
 
         return datasets.load_from_disk(str(Path(args.rehearsal_path) / D_EXP_DIR))
 
@@ -196,7 +197,7 @@ class Rehearsal(GRPOPlugin):
         the offline-stage settings the config gives."""
         from transformers import ProcessorMixin
 
-        from rlvr_div.rehearsal_set import check_rehearsal
+        from rlvr_div.trainers.dph.rehearsal_set import check_rehearsal
 
         tokenizer = arguments.get("processing_class")
         if isinstance(tokenizer, ProcessorMixin):
@@ -216,11 +217,11 @@ class Rehearsal(GRPOPlugin):
         has in a forward of its own, so the policy rows score exactly as in TRL's own forward.
 
         The policy rows keep TRL's layout [left-padded prompt | completion] column for column and only gain right
-        padding, which no real token attends to. The rehearsal rows come left-aligned [prompt | completion |
-        padding] (:class:`~rlvr_div.rehearsal_set.RehearsalSamples`), the layout their reference log-probs were
-        computed in. The scored window starts at the earliest completion column of any row; each row's completion
-        is cut out of it at its own offset. Multimodal or MoE inputs keep TRL's forward (the shard then takes a
-        forward of its own)."""
+        padding, which no real token attends to. The rehearsal rows come left-aligned [prompt | completion | padding]
+        (:class:`~rlvr_div.trainers.dph.rehearsal_set.RehearsalSamples`), the layout their reference log-probs were
+        computed in. The scored window starts at the earliest completion column of any row; each row's completion is cut
+        out of it at its own offset. Multimodal or MoE inputs keep TRL's forward (the shard then takes a forward of its
+        own)."""
         rehearsal = self._pending
         if rehearsal is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
             return None

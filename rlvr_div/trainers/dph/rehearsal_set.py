@@ -1,6 +1,6 @@
 """The stored DPH-RL rehearsal set: its layout on disk, its checks, and its samples served as batches.
 
-A rehearsal directory (written by :mod:`rlvr_div.rehearsal`) holds
+A rehearsal directory (written by :mod:`rlvr_div.trainers.dph.offline`) holds
 
 - ``rehearsal/`` (``datasets.save_to_disk``): prompt, completion, prompt_ids, completion_ids, ref_logps;
 - ``d_exp/`` (``save_to_disk``): the D_exp rows of the task, the training set of the hybrid trainer;
