@@ -167,7 +167,8 @@ def test_forward_kl_seed1_ends_highest_but_the_registered_primary_does_not_favou
 
 def test_dph_rehearsal_set_was_amended_before_any_result():
     """The DPH-RL arm's first offline stage (the fresh-sample rule) kept 1 sample for its 4 D_pef problems; the arm's
-    runs use ``any_correct``, which keeps one for each, drawn from the same 8 + 1 samples of each problem."""
+    runs use ``any_correct``, which keeps one for each: both rules applied to the first attempt's samples (the
+    offline stage samples each prompt from its own seeded stream) give the two summaries' counts."""
     first = ROOT / "bench" / "results" / "real_math" / "pilot" / "dph_rehearsal_fresh"
     now = STUDY / "rehearsal" / "dph"
     if not (now / "summary.json").is_file():
@@ -175,9 +176,11 @@ def test_dph_rehearsal_set_was_amended_before_any_result():
     a, b = (json.loads((d / "summary.json").read_text()) for d in (first, now))
     assert (a["n_pef"], a["n_rehearsal"], "keep" in a) == (4, 1, False)
     assert (b["n_pef"], b["n_rehearsal"], b["keep"], b["threshold"], b["k"]) == (4, 4, "any_correct", 2, 8)
-    records = [[json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()] for d in (first, now)]
-    key = [[(r["index"], r["completions"], r["correct"], r["extra"]["correct"]) for r in rs] for rs in records]
-    assert key[0] == key[1]  # the same samples: seeded per prompt, only the rule differs
-    assert sum(r["extra"]["correct"] for r in records[1] if r["c"] >= 2) == 1
+    from rlvr_div.trainers.dph.offline import kept_sample
+
+    records = [json.loads(x) for x in (first / "samples.jsonl").read_text().splitlines()]  # sampled once per prompt
+    pef = [{"completion_ids": [[]] * r["n"], **r} for r in records if r["c"] >= 2]  # recorded before ids were
+    assert sum(kept_sample(r, "fresh") is not None for r in pef) == a["n_rehearsal"]
+    assert sum(kept_sample(r, "any_correct") is not None for r in pef) == b["n_rehearsal"]
     words = _words()
     assert "left 1 rehearsal sample for the 4 D_pef problems" in words and "from a(·|correct)): 4 samples" in words
