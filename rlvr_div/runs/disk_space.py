@@ -27,7 +27,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 _TORCH_WRITE_FAILED = ("inline_container.cc", "PytorchStreamWriter failed", "file write failed")
 
 
-def _existing(directory: str | os.PathLike) -> Path:
+def nearest_existing(directory: str | os.PathLike) -> Path:
     """``directory``, or its nearest existing parent where it is not made yet."""
     target = Path(directory).expanduser().resolve()
     while not target.exists() and target.parent != target:
@@ -37,7 +37,7 @@ def _existing(directory: str | os.PathLike) -> Path:
 
 def free_bytes(directory: str | os.PathLike) -> int:
     """Free bytes, for an unprivileged writer, on the file system that holds ``directory`` (or would)."""
-    return shutil.disk_usage(_existing(directory)).free
+    return shutil.disk_usage(nearest_existing(directory)).free
 
 
 def _mb(n: float) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.runs.disk_space import check_free_space
+from rlvr_div.runs.disk_space import check_free_space, nearest_existing
 
 _LOCKS: dict[str, Any] = {}  # one FileLock per lock path in this process: flock is per open file, not per process
 _INSIDE = ".rlvr-div"  # the lock's stem inside the directory when its parent is not writable
@@ -133,9 +133,7 @@ def check_writable(directory: str | os.PathLike, flag: str) -> None:
     out = Path(directory).resolve()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{flag} {out} is a file, not a directory; choose a directory (it is made if missing)")
-    target = out
-    while not target.exists() and target.parent != target:
-        target = target.parent
+    target = nearest_existing(out)
     if not target.is_dir():
         return
     problem = _unwritable(target)
