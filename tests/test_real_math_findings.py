@@ -184,3 +184,38 @@ def test_dph_rehearsal_set_was_amended_before_any_result():
     assert sum(kept_sample(r, "any_correct") is not None for r in pef) == b["n_rehearsal"]
     words = _words()
     assert "left 1 rehearsal sample for the 4 D_pef problems" in words and "from a(·|correct)): 4 samples" in words
+
+
+def test_dph_seed1_is_the_first_arm_the_registered_primary_reads_as_losing_fewer():
+    base, grpo = _grpo_seed1()
+    dph = _run("dph")
+    path = {p["step"]: p for p in dph["path"]}
+    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.04, 0.068, 0.078]
+    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.41, 0.43, 0.39]
+    b, e = base["test"], dph["end"]
+    lost, gained = _lost_gained(b, e, 32)
+    assert (round(lost, 1), round(gained, 1)) == (10.0, 16.0)
+    report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+    means = {(c["arm"], c["level"]): c["mean"] for c in report}
+    mine = [means[("dph", lv)] for lv in (0.02, 0.03)]
+    assert [round(m, 2) for m in mine] == [-1.33, -3.02]
+    # "the first arm that had lost fewer there": every other arm's primary is >= 0 at both levels
+    others = [m for (arm, _), m in means.items() if arm != "dph" and m is not None]  # None: no pair measured yet
+    assert len(others) == 4 and all(m >= 0 for m in others) and all(m < 0 for m in mine)
+    assert not any(c["supported"] for c in report)
+    rewards = [r for _, r in dph["train_reward"]]
+    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.087, 0.192, 0.239]
+    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
+    assert round(sum(solved) / len(solved), 2) == 3.03
+    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (29.1, 8.0)
+    assert (round(_mean_pass(dph["ood"], 1), 4), round(_mean_pass(dph["ood"], 8), 2)) == (0.0175, 0.12)
+    timing = json.loads((STUDY / "runs" / "dph" / "seed1" / "timing.json").read_text())["stages"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(timing["train"]["seconds"]), round(evals)) == (4776, 2531)
+    study_timing = json.loads((STUDY / "timing.json").read_text())
+    assert round(study_timing["stages"]["rehearsal_dph"]["seconds"]) == 151
+    words = _words()
+    assert "**10.0 lost [5.0, 16.0], 16.0 gained [9.0, 23.0]**" in words and "−1.33 and −3.02" in words
+    assert "DPH-RL ended at 0.078 and 0.390 (10.0 lost, 16.0 gained)" in words
+    said = "rehearsal set 151 s, train 4,776 s (79.6 s/step; niced tests ran beside it at times), evals 2,531 s"
+    assert said in words
