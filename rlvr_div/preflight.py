@@ -10,7 +10,6 @@ matched against a model built on the meta device from its ``config.json``.
 
 from __future__ import annotations
 
-import argparse
 import collections.abc
 import dataclasses
 import enum
@@ -18,7 +17,6 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -371,46 +369,16 @@ def check_finite(configs: tuple[Any, ...], given: list[str]) -> None:
         raise ConfigError(not_finite(key, bad[key]))
 
 
-def _kinds(tp: Any) -> set[Any]:
+def scalar_kinds(tp: Any) -> set[Any]:
     """The scalar types a field annotation admits (``float | None`` -> {float, NoneType}; lists: their items')."""
     union = _union_args(tp)
     if union is not None:
-        return set().union(*(_kinds(a) for a in union))
+        return set().union(*(scalar_kinds(a) for a in union))
     origin = typing.get_origin(tp)
     if tp in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
         args = typing.get_args(tp)
-        return _kinds(args[0]) if args else {Any}
+        return scalar_kinds(args[0]) if args else {Any}
     return {tp}
-
-
-def strict_converter(
-    tp: Any, key: str, convert: Callable[[str], Any], non_finite: dict[str, str]
-) -> Callable[[str], Any] | None:
-    """A command-line converter for key ``key`` (annotation ``tp``) around ``convert`` (the parser's own): a boolean
-    key takes ``true``/``false`` only (any case; transformers also takes yes/no, 1/0, t/f, y/n, which a YAML recipe
-    may not); a number key that gets infinity or NaN notes it in ``non_finite`` (key -> the text given), so that the
-    trainer's own check of the key may speak first (:func:`check_finite`). None for other keys."""
-    kinds = _kinds(tp) - {type(None)}
-    if kinds == {bool}:
-
-        def boolean(text: str) -> Any:
-            if text.strip().lower() not in (*BOOL_TEXT, "none", "null"):
-                raise argparse.ArgumentTypeError(f"{key}={text!r} is not a boolean: it must be true or false")
-            return convert(text)
-
-        boolean.__name__ = getattr(convert, "__name__", "bool")
-        return boolean
-    if float in kinds and kinds <= {float, int}:
-
-        def finite(text: str) -> Any:
-            value = convert(text)
-            if not is_finite(value):
-                non_finite.setdefault(key, text.strip())
-            return value
-
-        finite.__name__ = getattr(convert, "__name__", "float")
-        return finite
-    return None
 
 
 # --------------------------------------------------------------------------------------------- hub ids

@@ -17,13 +17,14 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
+import os
 import re
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -294,25 +295,6 @@ def _legacy_flag(arg: str, legacy: dict[str, str]) -> str:
     return arg
 
 
-_NUMERIC = ("int", "float")  # converters by name: TRL wraps those of `T | None` keys, keeping the name
-
-
-def _strict_values(parser: Any, classes: tuple[type, ...]) -> dict[str, str]:
-    """Boolean keys take true/false only, on the command line and as YAML text; number keys given infinity or NaN
-    are noted in the returned mapping as they are converted (:func:`rlvr_div.preflight.strict_converter` around the
-    parser's own converters)."""
-    from rlvr_div.preflight import field_types, strict_converter
-
-    types_ = field_types(*classes)
-    non_finite: dict[str, str] = {}
-    for action in parser._actions:
-        if action.type is not None and action.dest in types_:
-            strict = strict_converter(types_[action.dest], action.dest, action.type, non_finite)
-            if strict is not None:
-                action.type = strict
-    return non_finite
-
-
 def _given_keys(argv: list[str], recipe: dict[str, Any]) -> list[str]:
     """The keys the user set: the command line's first (they override the recipe's), then the recipe's."""
     cli = [a[2:].partition("=")[0] for a in argv if a.startswith("--")]
@@ -324,22 +306,65 @@ def _one_line(message: str) -> str:
     return re.sub(r"^argument [-\w/]+: (?=\w+=)", "", message)
 
 
-def _negative_numbers_as_values(argv: list[str], parser: Any) -> list[str]:
+def _cli_values(argv: list[str]) -> list[tuple[str, str]]:
+    """(key, text) for every value on the command line: ``--key value [value ...]`` and ``--key=value`` (a key's
+    hyphens read as underscores, as the parser reads them)."""
+    out, key = [], None
+    for token in argv:
+        if token.startswith("--"):
+            name, sep, value = token[2:].partition("=")
+            key = None if sep else name.replace("-", "_")
+            if sep:
+                out.append((name.replace("-", "_"), value))
+        elif key is not None:
+            out.append((key, token))
+    return out
+
+
+def _check_text_values(argv: list[str], recipe: dict[str, Any], classes: tuple[type, ...]) -> dict[str, str]:
+    """The values given as text (the command line's, and a recipe's quoted ones), checked before the parser converts
+    them: a boolean key takes true/false only (any case; transformers' converter also takes yes/no, 1/0, t/f, y/n,
+    which a YAML recipe may not). Returns the number keys given infinity or NaN (key -> the text), so that the
+    trainer's own check of the key may speak first (:func:`rlvr_div.preflight.check_finite`)."""
+    from rlvr_div.preflight import BOOL_TEXT, field_types, scalar_kinds
+
+    types_ = field_types(*classes)
+    given = [(k, v) for k, v in recipe.items() if isinstance(v, str)] + _cli_values(argv)
+    non_finite: dict[str, str] = {}
+    for key, text in given:
+        kinds = scalar_kinds(types_[key]) - {type(None)} if key in types_ else set()
+        if kinds == {bool} and text.strip().lower() not in (*BOOL_TEXT, "none", "null"):
+            raise ConfigError(f"{key}={text!r} is not a boolean: it must be true or false")
+        if float in kinds and kinds <= {float, int}:
+            try:
+                number = float(text)
+            except ValueError:
+                continue  # the parser's own converter says so
+            if not math.isfinite(number):
+                non_finite.setdefault(key, text.strip())
+    return non_finite
+
+
+def _negative_numbers_as_values(argv: list[str], classes: tuple[type, ...]) -> list[str]:
     """``--learning_rate -1e-4`` → the value ``-1e-4``, not an option.
 
     argparse takes a token that starts with ``-`` for an option unless it looks like ``-1`` or ``-0.5``, so
     ``-1e-4`` after a numeric key fails with "expected one argument". A leading space keeps argparse from reading the
-    token as an option, and ``float``/``int`` ignore it. Only tokens that parse as numbers and follow a numeric key
-    (or a value of a numeric list key) are touched.
+    token as an option, and ``float``/``int`` ignore it. Only tokens that parse as numbers of the key's type (or of a
+    numeric list key's items) and follow its key are touched.
     """
-    out, action = [], None
+    from rlvr_div.preflight import field_types, scalar_kinds
+
+    types_ = field_types(*classes)
+    out, convert = [], None
     for token in argv:
         if token.startswith("--"):
-            name, sep, _ = token.partition("=")
-            action = None if sep else parser._option_string_actions.get(name)
-        elif action is not None and token.startswith("-") and getattr(action.type, "__name__", None) in _NUMERIC:
+            name, sep, _ = token[2:].partition("=")
+            kinds = scalar_kinds(types_.get(name.replace("-", "_"), str)) - {type(None)}
+            convert = None if sep or not kinds or not kinds <= {int, float} else float if float in kinds else int
+        elif convert is not None and token.startswith("-"):
             try:
-                action.type(token)
+                convert(token)
             except ValueError:
                 pass
             else:
@@ -348,14 +373,40 @@ def _negative_numbers_as_values(argv: list[str], parser: Any) -> list[str]:
     return out
 
 
+def _set_env(recipe: dict[str, Any]) -> None:
+    """A recipe's ``env`` mapping into the environment, as TRL's parser does (before the configs are built)."""
+    env = recipe.pop("env", None)
+    if env is None:
+        return
+    if not isinstance(env, dict):
+        raise ConfigError(f"recipe key env={env!r} must be a mapping of environment variables to values")
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+
+
+def _parser(classes: tuple[type, ...]) -> Any:
+    """TRL's parser for ``classes`` whose errors are one line (argparse's extension point: a subclass's ``error``;
+    argparse would print the whole usage and exit)."""
+    from trl import TrlParser
+
+    class RecipeParser(TrlParser):
+        def error(self, message: str) -> NoReturn:
+            raise _OneLineParserError(message)
+
+    return RecipeParser(classes)
+
+
 def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, Any]:
-    """Parse ``--config recipe.yaml`` plus CLI overrides into (script, training, model) arguments.
+    """Parse ``--config recipe.yaml`` plus CLI overrides into (script, training, model) arguments, as TRL's
+    ``TrlParser.parse_args_and_config`` does: the recipe's values become the parser's defaults, the command line
+    overrides them.
 
     Every problem raises :class:`ConfigError` with one line: unknown keys (YAML or CLI), bad values, a batch that
     does not hold whole groups of ``num_generations``.
     """
-    from trl import ModelConfig, TrlParser
+    from trl import ModelConfig
 
+    from rlvr_div import preflight
     from rlvr_div.trainers import TRAINERS
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -365,12 +416,10 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
             "the keys"
         )
     recipe = _read_recipe(argv)
-    if "--config" in argv and recipe and _RESOLVED_SECTIONS & set(recipe) == set():
-        i = argv.index("--config") + 1
-        if _RESOLVED_SECTIONS <= set(read_yaml_mapping(Path(argv[i]), "recipe")):  # TrlParser reads the file itself
-            flat = Path(tempfile.mkdtemp(prefix="rlvr_div_recipe_")) / "recipe.yaml"
-            flat.write_text(yaml.safe_dump(recipe, sort_keys=False))
-            argv[i] = str(flat)
+    has_config = "--config" in argv
+    if has_config:
+        i = argv.index("--config")
+        argv = argv[:i] + argv[i + 2 :]
     spec = TRAINERS.get(_trainer_name(argv, recipe))
     classes = (ScriptArguments, spec.config_class(), ModelConfig)
     known = {f.name for cls in classes for f in fields(cls)} | {"env"}
@@ -381,45 +430,36 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     for key in recipe:
         if key not in known:
             raise ConfigError(f"unknown recipe key {key!r}; {_unknown_key_hint(key)}")
-    from rlvr_div import preflight
-
     preflight.check_recipe_types(recipe, classes)
-    parser = TrlParser(classes)
-    argv = _negative_numbers_as_values(argv, parser)
-    non_finite = _strict_values(parser, classes)  # filled while parsing
-
-    def error(message: str) -> None:  # argparse would print the whole usage; we want one line
-        raise _OneLineParserError(message)
-
-    parser.error = error  # type: ignore[method-assign]
-    if legacy:
-        set_defaults = parser.set_defaults_with_config
-        parser.set_defaults_with_config = lambda **kw: set_defaults(**{legacy.get(k, k): v for k, v in kw.items()})
+    non_finite = _check_text_values(argv, recipe, classes)
+    _set_env(recipe)
+    parser = _parser(classes)
+    parser.set_defaults_with_config(**{legacy.get(k, k): v for k, v in recipe.items()})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            script, training, model, from_yaml, from_cli = parser.parse_args_and_config(
-                argv, return_remaining_strings=True, separate_remaining_strings=True
+            script, training, model, from_cli = parser.parse_args_into_dataclasses(
+                args=_negative_numbers_as_values(argv, classes), return_remaining_strings=True
             )
     except _OneLineParserError as e:
         raise ConfigError(_one_line(str(e))) from None
     except ValueError as e:  # ConfigError too: a trainer's own check, which may also be about an infinite value
         line = str(e).strip().splitlines()[0]
-        if "--config" not in argv:  # e.g. TRL's bf16 default on a CPU machine: the recipe would have set it
+        if not has_config:  # e.g. TRL's bf16 default on a CPU machine: the recipe would have set it
             line += f" (no recipe was given: pass --config RECIPE.yaml, e.g. {_EXAMPLE_RECIPE})"
         raise ConfigError(line) from None
     except ArithmeticError:  # e.g. TrainingArguments' int(logging_steps) of an infinite value
         cli = _given_keys(argv, {})
         bad = [(k, non_finite[k]) for k in cli if k in non_finite]
         bad += [(k, v) for k, v in recipe.items() if k not in cli and not preflight.is_finite(v)]
+        bad += [(k, v) for k, v in non_finite.items() if k not in cli]
         if not bad:
             raise
         raise ConfigError(preflight.not_finite(*bad[0])) from None
-    unknown = [s for s in list(from_yaml) + list(from_cli) if s.startswith("--")]
+    unknown = [s for s in from_cli if s.startswith("--")]
     if unknown:
-        where = "recipe" if from_yaml else "command line"
         key = unknown[0].lstrip("-").partition("=")[0]
-        raise ConfigError(f"unknown {where} key {key!r}; {_unknown_key_hint(key)}")
+        raise ConfigError(f"unknown command line key {key!r}; {_unknown_key_hint(key)}")
     if from_cli:
         raise ConfigError(f"unexpected command-line value {from_cli[0]!r}")
     preflight.check_finite((script, training, model), _given_keys(argv, recipe))
