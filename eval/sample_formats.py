@@ -25,11 +25,13 @@ directory holding ``samples.jsonl``) is read into :class:`ProblemCompletions`, o
 A log made elsewhere may be GSM8K-style (:func:`gsm8k_style`): its answers are then read as lm-eval reads GSM8K's
 (:data:`eval.score_only.LOG_STYLE_SETTINGS`).
 
-The format is recognised from the first line's keys. Indices: ``index`` / ``doc_id`` where the file has them (whole
-numbers >= 0), else the order of first appearance. Files are UTF-8 JSONL (a leading byte-order mark is skipped); a
-line that is not UTF-8, not a JSON object, lacks its format's keys, or holds text that is not Unicode (a lone UTF-16
-surrogate such as ``"\\ud800"``, which could not be written back) is a one-line :class:`ConfigError` naming the file
-and line. Nothing here scores: :mod:`eval.score_only` does.
+Each format is one :class:`SampleFormat` registered in :data:`SAMPLE_FORMATS` (its reader, the keys that tell it,
+the keys every line needs, what its indices and fields mean); adding one is that declaration alone
+(docs/evaluation.md, "Adding a sample format"). The format is recognised from the first line's keys. Indices:
+``index`` / ``doc_id`` where the file has them (whole numbers >= 0), else the order of first appearance. Files are
+UTF-8 JSONL (a leading byte-order mark is skipped); a line that is not UTF-8, not a JSON object, lacks its format's
+keys, or holds text that is not Unicode (a lone UTF-16 surrogate such as ``"\\ud800"``, which could not be written
+back) is a one-line :class:`ConfigError` naming the file and line. Nothing here scores: :mod:`eval.score_only` does.
 """
 
 from __future__ import annotations
@@ -37,19 +39,16 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval.records import SAMPLES_FILE
 from rlvr_div.errors import ConfigError
+from rlvr_div.registry import Registry
 from rlvr_div.rewards.math import GSM8K_MARK, gsm8k_answer
 
-FORMATS = ("rlvr_div", "lm_eval", "verl", "plain")
-# the keys every line of a format must have (plain: also completions or completion)
-REQUIRED_KEYS = {"rlvr_div": ("index", "completions"), "lm_eval": ("doc_id", "resps"), "verl": ("input", "output"),
-                 "plain": ("prompt",)}  # fmt: skip
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # JSON's escape of half a UTF-16 pair
 # GSM8K's answer mark in a prompt: after a worked example's answer ("#### 72", lm-eval's few-shot GSM8K) or named by
 # an instruction ('output the final answer after "####"', verl's GSM8K data); not a markdown heading ("#### Step 1")
@@ -103,6 +102,51 @@ class SampleFile:
         if self.style is not None:
             out["style"] = self.style
         return out
+
+
+Reader = Callable[[Path, "SampleFormat"], tuple[list[ProblemCompletions], Any, list[Any]]]
+
+
+@dataclass(frozen=True)
+class SampleFormat:
+    """One sample-log format, declared in one place (:data:`SAMPLE_FORMATS`): its name and ``title`` (what writes it);
+    ``marks``, the keys of a first
+    line that tell it (with one of ``one_of`` when given; the format whose marks a line matches most wins);
+    ``required``, the keys every line needs (with one of ``one_of``); ``read(path, fmt)`` → (problems, the step read
+    or None, the file's steps); ``indexed``: its problem indices are the task's row indices; ``own_fields``: its
+    problems' fields are read as verifier columns before the task's row; ``made_here``: rlvr-div's own samples (their
+    ``results.json`` says how they were made; never a log style)."""
+
+    name: str
+    title: str
+    marks: tuple[str, ...]
+    required: tuple[str, ...]
+    read: Reader
+    one_of: tuple[str, ...] = ()
+    indexed: bool = True
+    own_fields: bool = False
+    made_here: bool = False
+
+    def matches(self, keys: set[str]) -> int:
+        """How many of this format's marks a first line with ``keys`` has (0 when it is not this format)."""
+        if not set(self.marks) <= keys or (self.one_of and not set(self.one_of) & keys):
+            return 0
+        return len(self.marks) + bool(self.one_of)
+
+    def check_line(self, obj: dict[str, Any], path: Path, lineno: int) -> None:
+        """Line ``lineno`` has this format's keys."""
+        missing = [k for k in self.required if k not in obj]
+        if self.one_of and not set(self.one_of) & set(obj):
+            missing.append(self.one_of[0])
+        if missing:
+            wanted = self.required + ((" or ".join(self.one_of),) if self.one_of else ())
+            raise ConfigError(
+                f"{path}:{lineno} has no {missing[0]!r}; every line of this {self.name} sample file needs "
+                + ", ".join(wanted)
+            )
+
+
+SAMPLE_FORMATS: Registry[SampleFormat] = Registry("sample format")
 
 
 def resolve_sample_path(text: str) -> Path:
@@ -184,23 +228,12 @@ def _lone_surrogate(value: Any) -> str | None:
     return None
 
 
-def _check_keys(lines: Iterable[tuple[int, dict[str, Any]]], fmt: str, path: Path) -> None:
-    """Every line has the keys of format ``fmt`` (the first line's)."""
+def _checked_lines(path: Path, fmt: SampleFormat) -> list[tuple[int, dict[str, Any]]]:
+    """Every line of a sample file, each with the keys of format ``fmt``."""
+    lines = list(_objects(path))
     for lineno, obj in lines:
-        _check_line_keys(obj, fmt, path, lineno)
-
-
-def _check_line_keys(obj: dict[str, Any], fmt: str, path: Path, lineno: int) -> None:
-    """Line ``lineno`` has the keys of format ``fmt``."""
-    needed = REQUIRED_KEYS[fmt]
-    missing = [k for k in needed if k not in obj]
-    if fmt == "plain" and "completions" not in obj and "completion" not in obj:
-        missing.append("completions")
-    if missing:
-        raise ConfigError(
-            f"{path}:{lineno} has no {missing[0]!r}; every line of this {fmt} sample file needs "
-            + ", ".join(needed + (("completions or completion",) if fmt == "plain" else ()))
-        )
+        fmt.check_line(obj, path, lineno)
+    return lines
 
 
 def _index(value: Any, path: Path, lineno: int, key: str = "index") -> int:
@@ -210,42 +243,26 @@ def _index(value: Any, path: Path, lineno: int, key: str = "index") -> int:
     return value
 
 
-def detect_format(first: dict[str, Any], path: Path) -> str:
-    """The format of a sample log from the keys of its first line (see the module docstring)."""
+def detect_format(first: dict[str, Any], path: Path) -> SampleFormat:
+    """The format of a sample log from the keys of its first line: the registered format whose marks it matches most
+    (see the module docstring)."""
     keys = set(first)
-    if {"index", "completions", "columns"} <= keys:
-        return "rlvr_div"
-    if {"doc_id", "resps"} <= keys:
-        return "lm_eval"
-    if {"input", "output"} <= keys:
-        return "verl"
-    if "prompt" in keys and ({"completions", "completion"} & keys):
-        return "plain"
-    raise ConfigError(
-        f"{path}: cannot tell the sample format from its keys {sorted(keys)[:8]}; expected our samples.jsonl "
-        "(index, completions, columns), lm-eval --log_samples (doc_id, resps), verl dumps (input, output) or plain "
-        "JSONL (prompt, completions or completion)"
-    )
+    found = max(((SAMPLE_FORMATS.get(n).matches(keys), n) for n in SAMPLE_FORMATS), default=(0, ""))
+    if found[0]:
+        return SAMPLE_FORMATS.get(found[1])
+    expected = [f"{f.title} ({', '.join(f.marks + ((' or '.join(f.one_of),) if f.one_of else ()))})"
+                for f in map(SAMPLE_FORMATS.get, SAMPLE_FORMATS)]  # fmt: skip
+    raise ConfigError(f"{path}: cannot tell the sample format from its keys {sorted(keys)[:8]}; expected "
+                      f"{', '.join(expected[:-1])} or {expected[-1]}")  # fmt: skip
 
 
 def read_sample_file(text: str) -> SampleFile:
-    """Read any supported sample log (:data:`FORMATS`) into problems sorted by index; one-line errors. A verl dump
-    is streamed (two passes, a line at a time: only the completions of the step read are held); the other formats
-    are read a line at a time into their lines' objects."""
+    """Read any registered sample log (:data:`SAMPLE_FORMATS`) into problems sorted by index; one-line errors. A verl
+    dump is streamed (two passes, a line at a time: only the completions of the step read are held); the other
+    formats are read a line at a time into their lines' objects."""
     path = resolve_sample_path(text)
     fmt = detect_format(_first(path), path)
-    step, steps = None, []
-    if fmt == "verl":
-        problems, step, steps = _from_verl(path)
-    else:
-        lines = list(_objects(path))
-        _check_keys(lines, fmt, path)
-        if fmt == "rlvr_div":
-            problems = [_from_ours(obj, path, lineno) for lineno, obj in lines]
-        elif fmt == "lm_eval":
-            problems = _from_lm_eval(lines, path)
-        else:
-            problems = _from_plain(lines, path)
+    problems, step, steps = fmt.read(path, fmt)
     seen: dict[int, int] = {}
     for p in problems:  # in file order
         if p.index in seen:
@@ -254,7 +271,7 @@ def read_sample_file(text: str) -> SampleFile:
         if not p.completions:
             raise ConfigError(f"{path}:{p.line}: problem {p.index} has no completions")
     problems.sort(key=lambda p: p.index)
-    return SampleFile(path, fmt, problems, step, steps, gsm8k_style(fmt, problems))
+    return SampleFile(path, fmt.name, problems, step, steps, gsm8k_style(fmt, problems))
 
 
 def _strings(values: Any, path: Path, lineno: int, where: str) -> list[str]:
@@ -342,13 +359,13 @@ def _from_lm_eval(lines: list[tuple[int, dict[str, Any]]], path: Path) -> list[P
     return list(out.values())
 
 
-def gsm8k_style(fmt: str, problems: Sequence[ProblemCompletions]) -> str | None:
+def gsm8k_style(fmt: SampleFormat, problems: Sequence[ProblemCompletions]) -> str | None:
     """``"gsm8k"`` when a sample log made elsewhere is GSM8K-style: an lm-eval log of GSM8K (a line's ``task_name``
     or the file name says ``gsm8k``, or its ``doc.answer`` holds ``####``), or an lm-eval, verl or plain log whose
     prompts carry GSM8K's answer mark (``#### 72`` after a worked example, or ``"####"`` named by an instruction, as
     verl's GSM8K data asks); else None. Our own ``samples.jsonl`` is never: it was made with a task's prompts, whose
     settings apply. A GSM8K-style log's answers are read as lm-eval reads GSM8K's (:mod:`eval.score_only`)."""
-    if fmt == "rlvr_div":
+    if fmt.made_here:
         return None
     if any(p.gsm8k for p in problems):
         return "gsm8k"
@@ -359,14 +376,14 @@ def gsm8k_style(fmt: str, problems: Sequence[ProblemCompletions]) -> str | None:
     return None
 
 
-def _verl_steps(path: Path) -> list[Any]:
+def _verl_steps(path: Path, fmt: SampleFormat) -> list[Any]:
     """The distinct ``step`` values of a verl dump, ascending (first pass, streamed; every line's keys checked);
     one-line error when there are several and they are not all numbers (a line without one among steps, a step in
     text), since the latest cannot be told."""
     first_line: dict[Any, int] = {}  # each distinct step and the first line that has it (file order)
     odd_line = None  # the first line whose step is not a number
     for lineno, obj in _objects(path):
-        _check_line_keys(obj, "verl", path, lineno)
+        fmt.check_line(obj, path, lineno)
         value = obj.get("step")
         first_line.setdefault(value, lineno)
         if odd_line is None and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -384,11 +401,11 @@ def _verl_steps(path: Path) -> list[Any]:
     return sorted(steps)
 
 
-def _from_verl(path: Path) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+def _from_verl(path: Path, fmt: SampleFormat) -> tuple[list[ProblemCompletions], Any, list[Any]]:
     """The problems of a verl dump at its highest step (dumps of several steps may be concatenated in any order),
     that step, and all the file's steps. Streamed: a first pass finds the steps, a second keeps only the prompts,
     golds and completions of the step read (a 100k-line dump is never held as parsed lines)."""
-    steps = _verl_steps(path)
+    steps = _verl_steps(path, fmt)
     step = steps[-1]
     groups: dict[str, ProblemCompletions] = {}
     for lineno, obj in _objects(path):
@@ -463,6 +480,35 @@ def _cut(value: Any, limit: int = 40) -> str:
 
 
 # --------------------------------------------------------------------------------------------- writing lm-eval's
+
+
+def _read_ours(path: Path, fmt: SampleFormat) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+    return [_from_ours(obj, path, lineno) for lineno, obj in _checked_lines(path, fmt)], None, []
+
+
+def _read_lm_eval(path: Path, fmt: SampleFormat) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+    return _from_lm_eval(_checked_lines(path, fmt), path), None, []
+
+
+def _read_plain(path: Path, fmt: SampleFormat) -> tuple[list[ProblemCompletions], Any, list[Any]]:
+    return _from_plain(_checked_lines(path, fmt), path), None, []
+
+
+def register_sample_format(fmt: SampleFormat) -> SampleFormat:
+    """Make ``fmt`` readable by ``rlvr-div eval --samples`` (docs/evaluation.md, "Adding a sample format")."""
+    return SAMPLE_FORMATS.add(fmt.name, fmt)
+
+
+register_sample_format(SampleFormat("rlvr_div", "our samples.jsonl", marks=("index", "completions", "columns"),
+                                    required=("index", "completions"), read=_read_ours, own_fields=True,
+                                    made_here=True))  # fmt: skip
+register_sample_format(SampleFormat("lm_eval", "lm-eval --log_samples", marks=("doc_id", "resps"),
+                                    required=("doc_id", "resps"), read=_read_lm_eval))  # fmt: skip
+register_sample_format(SampleFormat("verl", "verl dumps", marks=("input", "output"), required=("input", "output"),
+                                    read=_from_verl, indexed=False))  # fmt: skip
+register_sample_format(SampleFormat("plain", "plain JSONL", marks=("prompt",), required=("prompt",),
+                                    one_of=("completions", "completion"), read=_read_plain,
+                                    own_fields=True))  # fmt: skip
 
 
 def to_lm_eval(record: dict[str, Any], task: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any
 from eval.metrics import compute_metrics, package_versions
 from eval.records import SAMPLES_FILE, append_line, write_json
 from eval.resume import CONFIG_FILE
-from eval.sample_formats import SampleFile, read_sample_file
+from eval.sample_formats import SAMPLE_FORMATS, SampleFile, read_sample_file
 from eval.scoring import score_completions
 from rlvr_div.errors import ConfigError
 
@@ -44,7 +44,6 @@ LOG_STYLE_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "gsm8k": {"math_accuracy": {"extract": "gsm8k", "fallback": "last_number"}},
 }
 SCORED_FILE = "scored_from.json"  # in OUT/NAME: where the scored completions came from (instead of config.json)
-_INDEXED = ("rlvr_div", "lm_eval", "plain")
 # what a sampled run's config says about how the completions were made, carried into a re-scored run's results
 _SAMPLED_KEYS = ("model", "adapter", "n", "temperature", "top_p", "max_new_tokens", "seed", "backend", "chat_template")
 GOLD_COLUMN = "answer"  # the column that holds a reference answer (math, arith); checked for being a bare answer
@@ -69,7 +68,7 @@ def read_source(name: str, given: str) -> ScoredSource:
         raise ConfigError(f"--samples {name}: {e}") from None
     sampled_with = None
     results = sample_file.path.parent / "results.json"
-    if sample_file.format == "rlvr_div" and results.is_file():
+    if SAMPLE_FORMATS.get(sample_file.format).made_here and results.is_file():
         config = _read_results(results).get("config") or {}
         if "scored_from" in config:  # scored before: carry what that run knew about the sampling
             sampled_with = config.get("sampled_with")
@@ -102,7 +101,7 @@ def problem_columns(problem: Any, reward: Any, row: dict[str, Any] | None, fmt: 
     """The verifier's columns of one problem (see the module docstring for the order of sources)."""
     out: dict[str, Any] = {}
     for column in reward.columns:
-        if fmt in ("rlvr_div", "plain") and column in problem.fields:
+        if SAMPLE_FORMATS.get(fmt).own_fields and column in problem.fields:
             _agreed(problem, column)
             out[column] = problem.fields[column]
         elif row is not None and column in row:
@@ -173,7 +172,7 @@ def _problems(source: ScoredSource, limit: int | None) -> list[Any]:
 
 
 def _row(source: ScoredSource, dataset: Any, index: int) -> dict[str, Any] | None:
-    if dataset is None or source.file.format not in _INDEXED:
+    if dataset is None or not SAMPLE_FORMATS.get(source.file.format).indexed:
         return None
     if not 0 <= index < len(dataset):
         raise ConfigError(
