@@ -1,6 +1,7 @@
 """Verifiable rewards by name: ``get_reward(name, **settings)`` returns a :class:`Reward`.
 
-Each module registers its rewards with ``REWARDS.register(name)`` on a factory ``(**settings) -> Reward``.
+Each module of this package registers its rewards with ``REWARDS.add(name, factory)``, a factory
+``(**settings) -> Reward``; the registry finds those modules itself (:mod:`rlvr_div.registry`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,7 @@ from typing import Any
 from rlvr_div.registry import Registry
 from rlvr_div.rewards.base import Reward, build, check_settings, completion_text
 
-REWARDS: Registry[Callable[..., Reward]] = Registry(
-    "reward",
-    modules=(
-        "rlvr_div.rewards.synthetic",
-        "rlvr_div.rewards.number_between",
-        "rlvr_div.rewards.country_prefix",
-        "rlvr_div.rewards.math",
-        "rlvr_div.rewards.sql",
-    ),
-)
+REWARDS: Registry[Callable[..., Reward]] = Registry("reward", package="rlvr_div.rewards", marker="REWARDS.add(")
 
 
 def get_reward(name: str, **settings: Any) -> Reward:

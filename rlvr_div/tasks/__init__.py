@@ -1,7 +1,8 @@
 """Dataset builders by name: ``get_task(name, split=..., seed=..., **options) -> datasets.Dataset``.
 
 Every dataset has a ``prompt`` column (text or chat messages) and the columns its verifier reads.
-Modules register a :class:`TaskSpec` with ``TASKS.add(name, spec)``.
+Each module of this package registers a :class:`TaskSpec` with ``TASKS.add(name, spec)``; the registry finds those
+modules itself (:mod:`rlvr_div.registry`).
 """
 
 from __future__ import annotations
@@ -15,23 +16,7 @@ from rlvr_div.errors import ConfigError
 from rlvr_div.registry import Registry
 from rlvr_div.tasks.base import TaskSpec
 
-TASKS: Registry[TaskSpec] = Registry(
-    "task",
-    modules=(
-        "rlvr_div.tasks.synthetic",
-        "rlvr_div.tasks.skewsum",
-        "rlvr_div.tasks.carry",
-        "rlvr_div.tasks.routes",
-        "rlvr_div.tasks.routes_controls",
-        "rlvr_div.tasks.between",
-        "rlvr_div.tasks.countries",
-        "rlvr_div.tasks.math",
-        "rlvr_div.tasks.wordmath",
-        "rlvr_div.tasks.spider",
-        "rlvr_div.tasks.synth_sql",
-        "rlvr_div.tasks.bird",
-    ),
-)
+TASKS: Registry[TaskSpec] = Registry("task", package="rlvr_div.tasks", marker="TASKS.add(")
 
 
 def get_task_spec(name: str) -> TaskSpec:

@@ -60,9 +60,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import pkgutil
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -71,6 +68,7 @@ import torch
 
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import Range, is_integer_field, out_of_range
+from rlvr_div.registry import Registry
 
 PLUGIN_PACKAGE = "rlvr_div.trainers"  # where plug-in modules live
 
@@ -222,7 +220,8 @@ class GRPOPlugin:
 
 
 P = TypeVar("P", bound=type[GRPOPlugin])
-_REGISTERED: dict[str, type[GRPOPlugin]] = {}  # name -> class, filled as plug-in modules are imported
+# name -> class, filled as the modules of PLUGIN_PACKAGE that register a plug-in are imported
+PLUGINS: Registry[type[GRPOPlugin]] = Registry("method", package=PLUGIN_PACKAGE, marker="@register_plugin(")
 
 
 def overrides(cls: type[GRPOPlugin], hook: str) -> bool:
@@ -242,37 +241,27 @@ def register_plugin(phase: str, after: tuple[str, ...] = ()) -> Callable[[P], P]
         if outside:
             raise TypeError(f"plug-in {cls.name!r} of phase {phase!r} implements {outside[0]!r}, a hook of another "
                             f"phase (phase {phase!r} may implement {', '.join(PHASES[phase])})")  # fmt: skip
-        known = _REGISTERED.get(cls.name)
+        known = PLUGINS.registered(cls.name)
         if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
             raise TypeError(f"plug-ins {known.__module__}.{known.__qualname__} and {cls.__module__}.{cls.__qualname__} "
                             f"share the name {cls.name!r}")  # fmt: skip
         cls.phase, cls.after, cls.replaces_loss = phase, tuple(after), phase == "loss_replacement"
-        _REGISTERED[cls.name] = cls
+        PLUGINS.add(cls.name, cls, replace=True)  # the same class again: its module was imported again
         return cls
 
     return register
 
 
-@functools.cache
 def plugin_modules() -> tuple[str, ...]:
     """The plug-in modules: every module of :data:`PLUGIN_PACKAGE` (or package, by its ``__init__``: DPH-RL's room)
     that registers a plug-in (a line that starts with ``@register_plugin(``), by name. A method is added by its module
-    alone and removed by deleting it."""
-    package = importlib.import_module(PLUGIN_PACKAGE)
-    found = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        where = Path(package.__path__[0]) / info.name  # a module, or a package whose __init__ registers the plug-in
-        source = where / "__init__.py" if info.ispkg else where.with_suffix(".py")
-        if source.is_file() and re.search(r"^@register_plugin\(", source.read_text(), re.M):
-            found.append(f"{PLUGIN_PACKAGE}.{info.name}")
-    return tuple(found)
+    alone and removed by deleting it (:mod:`rlvr_div.registry`)."""
+    return PLUGINS.modules()
 
 
 @functools.cache
 def _ordered() -> tuple[type[GRPOPlugin], ...]:
-    for module in plugin_modules():
-        importlib.import_module(module)
-    return tuple(plugin_order(list(_REGISTERED.values())))
+    return tuple(plugin_order(PLUGINS.values()))
 
 
 def plugin_order(classes: list[type[GRPOPlugin]]) -> list[type[GRPOPlugin]]:
