@@ -40,6 +40,19 @@ def test_help_names_every_tiny_base_from_the_registry(capsys) -> None:
         assert name in usage
 
 
+def test_every_command_has_its_help_line_and_every_help_line_a_command() -> None:
+    """The hand-kept one-line helps of ``rlvr-div``'s usage cannot drift from the entry points that make the commands
+    (pyproject.toml's ``rlvr_div.commands`` group, as installed)."""
+    import tomllib
+
+    from rlvr_div.cli import _HELP
+
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    commands = set(declared["project"]["entry-points"]["rlvr_div.commands"])
+    assert set(_HELP) == commands == set(_commands())
+    assert all(_HELP[name].strip() for name in commands)
+
+
 PROBE = """
 import sys, time
 import math_verify.parser as parser
