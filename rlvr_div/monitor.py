@@ -168,12 +168,12 @@ def recipe_monitor(script: Any, training: Any) -> Callable[[Any], PassAtKMonitor
 
     if script.monitor_split is None:
         return None
-    options = script.task_kwargs()
+    options = script.task_kwargs
     dataset = get_task(script.task, split=script.monitor_split, seed=script.task_seed, **options)
     if script.monitor_size is not None:
         dataset = dataset.select(range(min(script.monitor_size, len(dataset))))
     name = get_task_spec(script.task).reward
-    reward = get_reward(name, **task_reward_settings(script.task, name, script.reward_settings().get(name), **options))
+    reward = get_reward(name, **task_reward_settings(script.task, name, script.reward_settings.get(name), **options))
     sampling = SamplingConfig(
         n=script.monitor_n,
         temperature=training.temperature,

@@ -1,7 +1,7 @@
 """Allowed intervals of numeric settings, declared next to the settings, and the one-line complaint about a value
 outside one.
 
-:data:`rlvr_div.preflight.RANGES` holds the ranges of TRL's, transformers' and LoRA's keys; a plug-in declares its
+:data:`rlvr_div.recipe.checks.RANGES` holds the ranges of TRL's, transformers' and LoRA's keys; a plug-in declares its
 own keys' ranges in the plug-in class (``ranges = {"simko_alpha": UNIT}``; argparse takes a field's metadata as
 its own keyword arguments, so they cannot live there), and
 :meth:`rlvr_div.trainers.plugin.GRPOPlugin.check_declared` enforces them before any model loads.

@@ -34,7 +34,41 @@ from typing import Any
 import yaml
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.recipe import recipe_from_resolved
+
+RESOLVED_SECTIONS = {"script", "training", "model"}
+# derived by GRPOConfig from steps_per_generation (both given is refused): the resolved recipe keeps the latter
+_DERIVED_KEYS = ("generation_batch_size",)
+
+
+def recipe_from_resolved(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A run's resolved ``recipe.yaml`` (sections ``script``, ``training``, ``model``, ``launch``, ``history``) as a
+    flat recipe that trains the same run: the three sections merged, ``launch`` and ``history`` dropped, values that
+    are derived or masked (``generation_batch_size``, the divergence trainer's TRL ``beta``, ``model_init_kwargs``
+    filled from the model keys, ``<…TOKEN>`` placeholders) left out."""
+    flat: dict[str, Any] = {}
+    for section in ("script", "training", "model"):
+        flat.update(resolved[section])
+    for key in _DERIVED_KEYS:
+        if flat.get("steps_per_generation") is not None:
+            flat.pop(key, None)
+    # the project's GRPO trainers (their config has validity_reward_index) derive TRL's beta from the plug-ins (their
+    # reference switch, e.g. a sequence-level KL's coefficient) and keep the user's coefficient in the plug-in's key:
+    # read back, the two would disagree
+    if "validity_reward_index" in flat:
+        flat.pop("beta", None)
+    # train.py fills model_init_kwargs from the model keys: keep only what was given beyond them, so that a
+    # command-line --dtype (or --model_revision, ...) still applies to the resolved recipe
+    derived = {
+        "revision": flat.get("model_revision"),
+        "trust_remote_code": bool(flat.get("trust_remote_code", False)),
+        "attn_implementation": flat.get("attn_implementation"),
+        "dtype": flat.get("dtype"),
+    }
+    if isinstance(flat.get("model_init_kwargs"), dict):
+        extra = {k: v for k, v in flat["model_init_kwargs"].items() if k not in derived or derived[k] != v}
+        flat["model_init_kwargs"] = extra or None
+    return {k: v for k, v in flat.items() if not (isinstance(v, str) and v.startswith("<") and v.endswith("TOKEN>"))}
+
 
 logger = logging.getLogger("rlvr_div.run_dir")
 

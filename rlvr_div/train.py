@@ -1,14 +1,12 @@
 """``rlvr-div train --config recipe.yaml [--key value ...]`` and ``accelerate launch -m rlvr_div.train --config ...``.
 
-Reads top to bottom: parse and validate the recipe before any model loads (:mod:`rlvr_div.recipe`); decide how the
-run starts in its ``output_dir`` (new, ``--resume_from_checkpoint true`` or ``--overwrite_output_dir true``; an earlier
-run is never silently appended to, and a run that failed before its first checkpoint is started again by the same
-command: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first
-holds its lock stops in one line naming the first's PID: :mod:`rlvr_div.runs.run_lock`); build the task dataset and
-reward
-functions by name; run the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line
-per logging step, each step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes
-from it.
+Reads top to bottom: read and check the recipe before any model loads (:func:`rlvr_div.recipe.load_recipe`); decide
+how the run starts in its ``output_dir`` (new, ``--resume_from_checkpoint true`` or ``--overwrite_output_dir true``;
+an earlier run is never silently appended to, and a run that failed before its first checkpoint is started again by
+the same command: :mod:`rlvr_div.run_dir`; a second run on the same ``output_dir`` while the first holds its lock
+stops in one line naming the first's PID: :mod:`rlvr_div.runs.run_lock`); build the task dataset and reward functions
+by name; run the trainer; save the model or adapter, the resolved recipe, and ``metrics.jsonl`` (one line per logging
+step, each step once). Ctrl-C stops with one line naming the last checkpoint and the command that resumes from it.
 """
 
 from __future__ import annotations
@@ -27,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.preflight import check_vllm
-from rlvr_div.recipe import ScriptArguments, parse_recipe, validate
+from rlvr_div.recipe.keys import ScriptArguments
+from rlvr_div.recipe.parse import load_recipe
 from rlvr_div.run_dir import METRICS, apply_start, last_complete_checkpoint, plan_start, write_resolved_recipe
 from rlvr_div.runs.disk_space import free_bytes, out_of_space
 from rlvr_div.runs.resume_order import epoch_replay
@@ -82,9 +80,9 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
         quantization_config,
         store_portable_base,
     )
+    from rlvr_div.models.lora_targets import is_lora_target_error, lora_error_line
     from rlvr_div.models.model_card import name_base_in_model_card
     from rlvr_div.monitor import recipe_monitor
-    from rlvr_div.preflight import is_lora_target_error, lora_error_line
     from rlvr_div.rewards import get_reward
     from rlvr_div.sampling import stop_token_ids
     from rlvr_div.tasks import get_task, get_task_spec, task_reward_settings, task_stop_text
@@ -93,12 +91,12 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
 
     dataset = train_dataset_of(training)  # an active plug-in's own training set (DPH-RL: D_exp), or the task's
     if dataset is None:
-        dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs())
+        dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs)
         if script.task_size is not None:
             dataset = dataset.select(range(min(script.task_size, len(dataset))))
     check_prompts_per_step(len(dataset), training)
     monitor = recipe_monitor(script, training)  # its held-out problems are read before the load (a bad split: one line)
-    settings, options = script.reward_settings(), script.task_kwargs()
+    settings, options = script.reward_settings, script.task_kwargs
     reward_funcs = [
         get_reward(n, **task_reward_settings(script.task, n, settings.get(n), **options))
         for n in (script.rewards or [get_task_spec(script.task).reward])
@@ -132,7 +130,7 @@ def build_trainer(script: ScriptArguments, training: Any, model: Any, callbacks:
             raise
     tied_weights_are_not_missing(trainer)
     stop = task_stop_text(script.task, **options)  # a few-shot prompt's newline ends a completion
-    if stop is not None:  # (with use_vllm refused by recipe.validate)
+    if stop is not None:  # (with use_vllm refused by the recipe checks)
         end_completions_at(trainer, stop_token_ids(tokenizer, stop))
     if monitor is not None:
         trainer.add_callback(monitor(trainer))
@@ -272,9 +270,7 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Any] = ()) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top_level = argv == sys.argv[len(sys.argv) - len(argv) :]  # not called by another command (the demo)
     _quiet_known_noise()
-    script, training, model = parse_recipe(argv)
-    validate(script, training, model)
-    check_vllm(training)  # here, not in validate: recipes for vLLM machines still validate where vLLM is absent
+    script, training, model = load_recipe(argv)
     with ExitStack() as held:
         if training.process_index == 0:  # one run per output_dir; the other processes of a launch are its own
             held.enter_context(directory_lock(training.output_dir, "training run", "--output_dir"))

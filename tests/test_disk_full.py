@@ -119,7 +119,7 @@ def test_train_refuses_a_model_whose_checkpoint_would_not_fit(tmp_path, monkeypa
     (model / "model.safetensors").write_bytes(b"0" * 100)
     script, training, cfg = parse_recipe(["--config", RECIPE, "--output_dir", str(tmp_path / "run")])
     cfg.model_name_or_path = str(model)
-    monkeypatch.setattr("rlvr_div.preflight.check_lora_targets", lambda *a: None)
+    monkeypatch.setattr("rlvr_div.models.lora_targets.check_lora_targets", lambda *a: None)
     monkeypatch.setattr(disk_space, "free_bytes", lambda d: MIN_FREE_BYTES + 1)
     validate(script, training, cfg)  # 300 bytes needed: the minimum rules
     (model / "model.safetensors").write_bytes(b"0" * (MIN_FREE_BYTES // 2))

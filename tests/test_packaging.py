@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from rlvr_div.preflight import BACKENDS
+from rlvr_div.recipe.checks import BACKENDS
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
 

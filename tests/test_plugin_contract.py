@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from train_checks import trainer_config
 
-from rlvr_div import preflight
 from rlvr_div.errors import ConfigError
 from rlvr_div.ranges import AT_LEAST_ONE, UNIT, is_integer_field, out_of_range
+from rlvr_div.recipe import checks
 from rlvr_div.trainers.grpo import DivergenceGRPOConfig
 from rlvr_div.trainers.plugin import GRPOPlugin, active_plugins, plugin_classes
 
@@ -111,12 +111,12 @@ def test_every_registered_plug_in_declares_ranges_of_its_own_keys_that_hold_thei
             assert default is None or out_of_range(key, default, allowed, is_integer_field(own[key])) is None, key
 
 
-def test_no_plug_in_key_has_its_range_in_preflight():
+def test_no_plug_in_key_has_its_range_in_the_recipe_checks():
     keys = {f.name for cls in plugin_classes() if cls.Args for f in dataclasses.fields(cls.Args)}
     from trl import GRPOConfig
 
     trl_keys = {f.name for f in dataclasses.fields(GRPOConfig)}
-    assert not (set(preflight.RANGES) & (keys - trl_keys))
+    assert not (set(checks.RANGES) & (keys - trl_keys))
 
 
 def test_integer_fields_are_read_from_string_or_resolved_annotations():
@@ -334,7 +334,7 @@ def _foreign_keys(path, module, owners, own):
 def test_no_module_names_another_plug_in_s_keys():
     """A plug-in key (one TRL's GRPOConfig does not have) is read, passed or named only in its plug-in's module or,
     for the keys listed there with their reason, a module of :data:`_NAMES_PLUGIN_KEYS`: a new cross-plug-in read, or
-    a method key in recipe or preflight code, fails here."""
+    a method key in the recipe layer, fails here."""
     from pathlib import Path
 
     owners, own = _plugin_keys()

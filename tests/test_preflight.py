@@ -1,6 +1,7 @@
-"""Pre-load checks that need more than a lookup (rlvr_div.preflight): a hub id with no network answers in one line
-within seconds, LoRA targets are matched against the model's module names before the load (and peft's own error
-after a load is one line), logging backends are checked before the load, push_to_hub without the hub is one line."""
+"""Pre-load checks that need more than a lookup (rlvr_div.recipe.checks, rlvr_div.models.hub and .lora_targets): a
+hub id with no network answers in one line within seconds, LoRA targets are matched against the model's module names
+before the load (and peft's own error after a load is one line), logging backends are checked before the load,
+push_to_hub without the hub is one line."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_div import preflight
+from rlvr_div import ranges
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
+from rlvr_div.models import hub, lora_targets
+from rlvr_div.recipe import checks
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "grpo.yaml")
 REFUSED = "http://127.0.0.1:9"  # nothing listens on the discard port: every request fails at once, like no network
@@ -50,9 +53,9 @@ def test_hub_ids_offline_and_cached(monkeypatch, tmp_path):
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ConfigError, match="not in the Hugging Face cache, and HF_HUB_OFFLINE is set"):
-        preflight.check_hub_model("org/nope")
+        hub.check_hub_model("org/nope")
     with pytest.raises(ConfigError, match="valid Hugging Face Hub id"):
-        preflight.check_hub_model("a/b/c/../d")
+        hub.check_hub_model("a/b/c/../d")
     # a model in the hub cache passes without any request
     snapshot = tmp_path / "models--org--cached" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)
@@ -60,7 +63,7 @@ def test_hub_ids_offline_and_cached(monkeypatch, tmp_path):
     (tmp_path / "models--org--cached" / "refs").mkdir()
     (tmp_path / "models--org--cached" / "refs" / "main").write_text("0" * 40)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    preflight.check_hub_model("org/cached")
+    hub.check_hub_model("org/cached")
 
 
 def test_push_to_hub_without_the_hub_is_one_line(online_without_network, capsys, no_model_loads, tmp_path):
@@ -82,7 +85,7 @@ def test_good_lora_targets_pass(tiny_path):
 
     for targets in (["q_proj", "v_proj"], ["all-linear"], ["self_attn.o_proj"]):
         _, _, model = parse_recipe(["--config", RECIPE, "--use_peft", "true", "--lora_target_modules", *targets])
-        preflight.check_lora_targets(model, tiny_path)
+        lora_targets.check_lora_targets(model, tiny_path)
 
 
 def test_peft_refusing_targets_after_a_load_is_one_line():
@@ -99,11 +102,11 @@ def test_peft_refusing_targets_after_a_load_is_one_line():
     for targets in (["q_prj"], ["mlp"]):
         with pytest.raises(ValueError) as info:
             get_peft_model(model, LoraConfig(target_modules=targets, task_type="CAUSAL_LM"))
-        assert preflight.is_lora_target_error(info.value)
+        assert lora_targets.is_lora_target_error(info.value)
         Args.lora_target_modules = targets
-        line = preflight.lora_error_line(info.value, Args)
+        line = lora_targets.lora_error_line(info.value, Args)
         assert "\n" not in line and line.startswith(f"lora_target_modules={targets}")
-    assert not preflight.is_lora_target_error(ValueError("something else"))
+    assert not lora_targets.is_lora_target_error(ValueError("something else"))
 
 
 def test_report_to_needs_an_installed_backend(monkeypatch, capsys, no_model_loads, tmp_path):
@@ -122,13 +125,13 @@ def test_report_to_names_known_backends():
         report_to = ["tensorbord"]
 
     with pytest.raises(ConfigError, match="unknown report_to backend 'tensorbord'; known: none, all, .*tensorboard"):
-        preflight.check_report_to(Args)
+        checks.check_report_to(Args)
     Args.report_to = ["none"]
-    preflight.check_report_to(Args)
+    checks.check_report_to(Args)
 
 
 def test_ranges_read_as_intervals():
-    assert str(preflight.POSITIVE) == "> 0" and str(preflight.AT_LEAST_ONE) == ">= 1"
-    assert str(preflight.PROBABILITY) == "in (0, 1]" and str(preflight.HALF_OPEN_UNIT) == "in [0, 1)"
-    assert 1.0 in preflight.PROBABILITY and 0.0 not in preflight.PROBABILITY
-    assert float("nan") not in preflight.NON_NEGATIVE and float("inf") not in preflight.POSITIVE
+    assert str(ranges.POSITIVE) == "> 0" and str(ranges.AT_LEAST_ONE) == ">= 1"
+    assert str(ranges.PROBABILITY) == "in (0, 1]" and str(ranges.HALF_OPEN_UNIT) == "in [0, 1)"
+    assert 1.0 in ranges.PROBABILITY and 0.0 not in ranges.PROBABILITY
+    assert float("nan") not in ranges.NON_NEGATIVE and float("inf") not in ranges.POSITIVE

@@ -101,7 +101,7 @@ def test_finite_numbers_still_parse(tmp_path):
 def test_an_unknown_loss_type_names_trls_loss_types(tmp_path, capsys, no_model_loads):
     from trl import GRPOConfig
 
-    from rlvr_div.preflight import trl_loss_types
+    from rlvr_div.recipe.checks import trl_loss_types
 
     accepted = trl_loss_types(GRPOConfig)
     assert {"grpo", "dapo", "dr_grpo", "bnpo"} <= set(accepted)  # read from the installed TRL's help text
@@ -115,7 +115,7 @@ def test_an_unknown_loss_type_names_trls_loss_types(tmp_path, capsys, no_model_l
 
 
 def test_loss_types_from_a_literal_or_from_choices():
-    from rlvr_div.preflight import trl_loss_types
+    from rlvr_div.recipe.checks import trl_loss_types
 
     @dataclasses.dataclass
     class WithLiteral:

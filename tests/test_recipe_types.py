@@ -12,8 +12,8 @@ import yaml
 
 from rlvr_div.cli import main as cli_main
 from rlvr_div.errors import ConfigError
-from rlvr_div.preflight import field_types
 from rlvr_div.recipe import ScriptArguments, parse_recipe
+from rlvr_div.recipe.value_types import field_types
 
 TINY = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes/tiny/grpo.yaml").read_text())
 MAPPING = {"wrong": [1]}  # wrong for any key whose type is not a mapping

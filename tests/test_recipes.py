@@ -151,7 +151,7 @@ def test_a_run_s_resolved_recipe_reads_back_into_the_same_config(recipe: Path, t
 def test_real_recipe_training_data_builds_offline(recipe: Path, tmp_path: Path, hub_fixtures: list) -> None:
     """The dataset `rlvr-div train` and `rlvr-div rehearse` build from the recipe (same call), from local fixtures."""
     script, _, _ = parse_recipe(_cpu_args(recipe, tmp_path))
-    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs())
+    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs)
     assert len(dataset) >= 2 and "prompt" in dataset.column_names
     reward_columns = {"math_accuracy": ["answer"], "sql_execution": ["gold_sql", "db_path"]}
     for column in reward_columns.get(get_task_spec(script.task).reward, ["gold_sql", "db_path"]):
@@ -238,7 +238,7 @@ def _contamination(task: str, split: str, options: dict, evaluations: list | Non
 @pytest.mark.parametrize("recipe", RECIPES, ids=_ids)
 def test_no_recipe_trains_on_evaluation_data(recipe: Path) -> None:
     script, _, _ = parse_recipe(["--config", str(recipe), *CPU])  # the task, split and data path as a run reads them
-    assert _contamination(script.task, script.task_split, script.task_kwargs()) is None
+    assert _contamination(script.task, script.task_split, script.task_kwargs) is None
 
 
 def test_the_contamination_check_catches_what_the_recipes_used_to_do() -> None:
@@ -261,7 +261,7 @@ def test_real_recipe_header_gives_its_held_out_evaluation(recipe: Path) -> None:
     mine = [u for u in uses if cfg["output_dir"] in u["models"]]
     assert mine, f"{_ids(recipe)}: no `rlvr-div eval ... --model NAME={cfg['output_dir']}` in its header"
     script, _, _ = parse_recipe(["--config", str(recipe), *CPU])
-    train = _source(script.task, script.task_split, script.task_kwargs())
+    train = _source(script.task, script.task_split, script.task_kwargs)
     for use in mine:
         assert use["split"] in HELD_OUT
         assert get_task_spec(use["task"]).reward == get_task_spec(cfg["task"]).reward  # the same kind of problem

@@ -99,7 +99,7 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         max_new_tokens=training.max_completion_length,
         seed=training.seed,
         batch_size=training.rehearsal_sampling_batch_size,
-        stop_text=task_stop_text(script.task, **script.task_kwargs()),  # as training's generation
+        stop_text=task_stop_text(script.task, **script.task_kwargs),  # as training's generation
     )
     rewards = script.rewards or [get_task_spec(script.task).reward]
     validity = rewards[getattr(training, "validity_reward_index", 0)]
@@ -125,10 +125,10 @@ def build_rehearsal_set(script: Any, training: Any, model_args: Any, progress: b
         raise ConfigError(f"{out} holds a rehearsal run with other settings; use another rehearsal_path or delete it")
     settings_file.write_text(json.dumps(settings, indent=1))
 
-    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs())
+    dataset = get_task(script.task, split=script.task_split, seed=script.task_seed, **script.task_kwargs)
     if script.task_size is not None:
         dataset = dataset.select(range(min(script.task_size, len(dataset))))
-    reward = get_reward(validity, **task_reward_settings(script.task, validity, None, **script.task_kwargs()))
+    reward = get_reward(validity, **task_reward_settings(script.task, validity, None, **script.task_kwargs))
     path = resolve_model(model_args.model_name_or_path, script.gguf_file)
     tokenizer = load_tokenizer(path, script.gguf_file, model_args.model_revision, training.trust_remote_code)
     device = training.device

@@ -1,26 +1,22 @@
-"""Pre-load checks that need more than a name lookup: value ranges, value types (number keys take finite numbers,
-boolean keys true or false, from YAML and the command line alike), TRL's loss types, held-out evaluation (the
-monitor's keys, TRL's eval_strategy), the model's hub id and module names, logging backends and hub access.
-
-:func:`rlvr_div.recipe.validate` calls these before any model loads; each failure is one :class:`ConfigError` line
-that names the key, the bad value and what is accepted. Nothing here downloads or loads weights: a hub id is looked
-up in the local cache first and then with one metadata request (short timeout, no retries); LoRA target names are
-matched against a model built on the meta device from its ``config.json``.
+"""The checks a recipe passes before any model loads (:func:`validate`): value ranges (:data:`RANGES`), finite
+numbers, TRL's loss types, held-out evaluation (the monitor's keys, TRL's eval_strategy), the task and its rewards,
+the model (its reference, settings and LoRA targets: :mod:`rlvr_div.models`), logging backends, hub access, disk space
+and the active plug-ins' own checks. Each failure is one :class:`ConfigError` line that names the key, the bad value
+and what is accepted. Nothing here downloads or loads weights.
 """
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import enum
+import inspect
+import logging
 import math
 import re
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
-from rlvr_div.errors import ConfigError
+from rlvr_div.errors import ConfigError, relative_path_hint
 from rlvr_div.ranges import (
     AT_LEAST_ONE,
     HALF_OPEN_UNIT,
@@ -30,9 +26,8 @@ from rlvr_div.ranges import (
     UNIT,
     Range,
 )
-
-HUB_TIMEOUT_S = 10.0
-
+from rlvr_div.recipe.keys import ScriptArguments
+from rlvr_div.recipe.value_types import field_types
 
 # --------------------------------------------------------------------------------------------- value ranges
 
@@ -187,7 +182,7 @@ def eval_strategy_as_monitor(script: Any, training: Any) -> str | None:
         script.monitor_steps = int(steps)
     if script.monitor_split is None:
         try:
-            get_task(script.task, split="validation", seed=script.task_seed, **script.task_kwargs())
+            get_task(script.task, split="validation", seed=script.task_seed, **script.task_kwargs)
             script.monitor_split = "validation"
         except ConfigError:  # the task has no validation split
             script.monitor_split = "test"
@@ -221,7 +216,7 @@ def check_monitor(script: Any, training: Any) -> None:
         raise ConfigError(
             f"monitor_overtake_margin={script.monitor_overtake_margin} acts only with monitor_stop_on_overtake: true"
         )
-    options = script.task_kwargs()
+    options = script.task_kwargs
     held_out = data_source(script.task, script.monitor_split, **options)
     if held_out == data_source(script.task, script.task_split, **options):
         raise ConfigError(
@@ -230,113 +225,7 @@ def check_monitor(script: Any, training: Any) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------------- value types
-
-
-def _union_args(tp: Any) -> tuple[Any, ...] | None:
-    origin = typing.get_origin(tp)
-    return typing.get_args(tp) if origin is typing.Union or origin is types.UnionType else None
-
-
-BOOL_TEXT = ("true", "false")  # the text a boolean key takes (any case), on the command line or quoted in YAML
-
-
-def accepts(value: Any, tp: Any, text_converts: bool = False) -> bool:
-    """Whether ``value`` (from YAML) is of type ``tp`` (a field annotation). ``text_converts``: a string is also
-    accepted where the command-line parser converts it (int and float scalars: YAML reads ``1e-4`` as text; bool: only
-    ``true``/``false``, any case)."""
-    if tp is Any or tp is object:
-        return True
-    union = _union_args(tp)
-    if union is not None:
-        return any(accepts(value, a, text_converts) for a in union)
-    if tp is type(None):
-        return value is None
-    if isinstance(value, str) and text_converts and tp is bool:
-        return value.lower() in BOOL_TEXT  # as the command line: true or false, not yes/1/on
-    if isinstance(value, str) and text_converts and tp in (int, float):
-        return True
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    origin = typing.get_origin(tp)
-    if origin is typing.Literal:
-        return value in typing.get_args(tp)
-    if tp in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
-        args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        return isinstance(value, (list, tuple)) and all(accepts(v, inner) for v in value)
-    if tp is dict or origin is dict:
-        return isinstance(value, dict)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return isinstance(value, tp) or value in [m.value for m in tp]
-    if isinstance(tp, type):
-        return isinstance(value, tp)  # a config object: nothing YAML writes is one
-    return True  # an annotation this check does not know: left to the class itself
-
-
-def describe_type(tp: Any) -> str:
-    """``list[str] | None`` → "a list of strings, or null"."""
-    union = _union_args(tp)
-    if union is not None:
-        parts = [describe_type(a) for a in union if a is not type(None)]
-        return " or ".join(dict.fromkeys(parts)) + (", or null" if type(None) in union else "")
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", dict: "a mapping"}
-    if tp in names:
-        return names[tp]
-    origin = typing.get_origin(tp)
-    if origin is typing.Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
-    if tp in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
-        args = typing.get_args(tp)
-        inner = {str: "strings", int: "whole numbers", float: "numbers"}.get(args[0] if args else None, "values")
-        return f"a list of {inner}"
-    if origin is dict:
-        return "a mapping"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-    return getattr(tp, "__name__", str(tp))
-
-
-def field_types(*classes: type) -> dict[str, Any]:
-    """The annotated type of every field of the dataclasses ``classes`` (the first class that has a key wins)."""
-    out: dict[str, Any] = {}
-    for cls in classes:
-        hints: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__):  # base classes first: a subclass whose annotations do not resolve
-            try:  # here leaves its bases' fields checked
-                hints.update(typing.get_type_hints(klass))
-            except Exception:
-                continue
-        for f in dataclasses.fields(cls):
-            out.setdefault(f.name, hints.get(f.name, Any))
-    return out
-
-
-# list-typed keys whose consumer also reads one string (peft: "all-linear", or a regular expression of module names)
-TEXT_FOR_LIST = frozenset({"lora_target_modules"})
-
-
-def check_recipe_types(recipe: dict[str, Any], classes: tuple[type, ...], where: str = "recipe") -> None:
-    """Every value of a recipe mapping has its field's type, before the parser and the classes see it (a YAML value
-    is not converted by the command-line parser, so ``max_steps: 5.5`` or ``rewards: arith_exact`` would reach the
-    trainer and fail there, after the model loaded)."""
-    types_ = field_types(*classes)
-    for key, value in recipe.items():
-        tp = types_.get(key)
-        if tp is None or accepts(value, tp, text_converts=True):
-            continue
-        if key in TEXT_FOR_LIST and isinstance(value, str):
-            continue
-        hint = ""
-        if isinstance(value, str) and accepts([value], tp):
-            hint = f" (a list: [{value}])"
-        raise ConfigError(f"{where} key {key}={value!r} has the wrong type: it must be {describe_type(tp)}{hint}")
+# --------------------------------------------------------------------------------------------- finite numbers
 
 
 def is_finite(value: Any) -> bool:
@@ -369,72 +258,6 @@ def check_finite(configs: tuple[Any, ...], given: list[str]) -> None:
         raise ConfigError(not_finite(key, bad[key]))
 
 
-def scalar_kinds(tp: Any) -> set[Any]:
-    """The scalar types a field annotation admits (``float | None`` -> {float, NoneType}; lists: their items')."""
-    union = _union_args(tp)
-    if union is not None:
-        return set().union(*(scalar_kinds(a) for a in union))
-    origin = typing.get_origin(tp)
-    if tp in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
-        args = typing.get_args(tp)
-        return scalar_kinds(args[0]) if args else {Any}
-    return {tp}
-
-
-# --------------------------------------------------------------------------------------------- hub ids
-
-
-def hub_offline() -> bool:
-    """Whether the Hugging Face Hub must not be contacted (``HF_HUB_OFFLINE``, read as huggingface_hub reads it)."""
-    from huggingface_hub import constants
-
-    return bool(constants.is_offline_mode()) if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
-
-
-def _hub_error(e: BaseException) -> str:
-    """A short name for a failed hub request (the exception's first line, without the URL noise)."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {text[:120]}" if text else type(e).__name__
-
-
-def check_hub_model(repo_id: str, revision: str | None = None, filename: str = "config.json") -> None:
-    """A model reference that is not a local path must be a model on the Hugging Face Hub.
-
-    Found in the local cache: accepted without a request. Otherwise, with ``HF_HUB_OFFLINE`` set: refused; online:
-    one metadata request (``HfApi.model_info``, timeout :data:`HUB_TIMEOUT_S`, no retries) decides.
-    """
-    from huggingface_hub import HfApi, try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
-
-    try:
-        cached = try_to_load_from_cache(repo_id, filename, revision=revision)
-    except (HFValidationError, ValueError):
-        raise ConfigError(
-            f"model {repo_id!r} is neither a local path nor a valid Hugging Face Hub id (org/name)"
-        ) from None
-    if isinstance(cached, str):
-        return
-    if hub_offline():
-        raise ConfigError(
-            f"model {repo_id!r} is not a local path and not in the Hugging Face cache, and HF_HUB_OFFLINE is set: "
-            "download it first, pass a local directory, or unset HF_HUB_OFFLINE"
-        )
-    try:
-        HfApi().model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
-    except RevisionNotFoundError:
-        raise ConfigError(f"model {repo_id!r} has no revision {revision!r} on the Hugging Face Hub") from None
-    except RepositoryNotFoundError:
-        raise ConfigError(
-            f"model {repo_id!r} is neither a local path nor a model on the Hugging Face Hub "
-            "(check the id; a private model needs `hf auth login`)"
-        ) from None
-    except Exception as e:  # network errors come from httpx/requests/OSError depending on the hub client version
-        raise ConfigError(
-            f"cannot reach the Hugging Face Hub to find model {repo_id!r} ({_hub_error(e)}), and it is not in the "
-            "local cache: check the network, pass a local directory, or set HF_HUB_OFFLINE=1 for cached models"
-        ) from None
-
-
 def check_push_to_hub(training: Any) -> None:
     """``push_to_hub`` needs the hub (not offline, reachable within :data:`HUB_TIMEOUT_S`) and a token."""
     if not getattr(training, "push_to_hub", False):
@@ -442,13 +265,15 @@ def check_push_to_hub(training: Any) -> None:
     from huggingface_hub import constants, get_token
     from huggingface_hub.utils import get_session
 
+    from rlvr_div.models.hub import HUB_TIMEOUT_S, hub_error, hub_offline
+
     if hub_offline():
         raise ConfigError("push_to_hub=true needs the Hugging Face Hub, but HF_HUB_OFFLINE is set")
     try:
         get_session().get(constants.ENDPOINT + "/api/models", params={"limit": 1}, timeout=HUB_TIMEOUT_S)
     except Exception as e:
         raise ConfigError(
-            f"push_to_hub=true but the Hugging Face Hub cannot be reached ({_hub_error(e)}): check the network, "
+            f"push_to_hub=true but the Hugging Face Hub cannot be reached ({hub_error(e)}): check the network, "
             "or train with --push_to_hub false and upload later with `hf upload`"
         ) from None
     if getattr(training, "hub_token", None) is None and get_token() is None:
@@ -491,96 +316,92 @@ def check_report_to(training: Any) -> None:
             raise ConfigError(f"report_to={name} but {name} is not installed: {install}")
 
 
-# --------------------------------------------------------------------------------------------- LoRA targets
-
-# Layer types peft's LoRA can wrap (a target naming anything else is refused by peft after the load).
-_LORA_LAYERS = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D", "MultiheadAttention")
+# --------------------------------------------------------------------------------------------- the whole recipe
 
 
-def local_config_dir(model_path: str, revision: str | None = None) -> str | None:
-    """A directory holding the model's ``config.json`` without a download: the local model directory, or the hub
-    cache's snapshot (None when neither has it)."""
-    p = Path(model_path).expanduser()
-    if (p / "config.json").is_file():
-        return str(p)
-    if p.exists():
-        return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
+def validate(script: ScriptArguments, training: Any, model: Any, check_inputs: bool = True) -> None:
+    """Cheap checks that must fail before any model loads; with ``check_inputs``, also the files the active plug-ins
+    read (:meth:`GRPOPlugin.check_inputs`: not when a command is about to write them, as ``rlvr-div rehearse``)."""
+    from rlvr_div.models import check_model_settings, resolve_model
+    from rlvr_div.models.hub import check_hub_model
+    from rlvr_div.models.lora_targets import check_lora_targets
+    from rlvr_div.models.tiny_base import tiny_spec
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.rewards.base import check_validity_reward_index
+    from rlvr_div.runs.disk_space import check_free_space, checkpoint_bytes
+    from rlvr_div.tasks import check_task, task_reward_settings, task_stop_text
+    from rlvr_div.trainers.entropy_bonus import check_entropy_bonus
+    from rlvr_div.trainers.plugin import active_plugins
 
-        cached = try_to_load_from_cache(model_path, "config.json", revision=revision)
-    except Exception:
-        return None
-    return str(Path(cached).parent) if isinstance(cached, str) else None
-
-
-def module_names(config_dir: str) -> dict[str, str] | None:
-    """Every module of the model in ``config_dir`` (name -> class name), built on the meta device from its
-    ``config.json`` (no weights are read). None when the architecture cannot be built this way (remote code)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        config = AutoConfig.from_pretrained(config_dir)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
-    except Exception:
-        return None
-    return {name: type(module).__name__ for name, module in model.named_modules() if name}
-
-
-def check_lora_targets(model_args: Any, model_path: str) -> None:
-    """Each name in ``lora_target_modules`` matches a LoRA-capable layer of the model (peft's rule: a module whose
-    name equals the target or ends with ``.<target>``). ``all-linear`` always matches. Skipped when the model's
-    config is not on disk (a hub model not yet downloaded): then a mismatch is reported after the load, in one line.
-    """
-    targets = getattr(model_args, "lora_target_modules", None)
-    if not getattr(model_args, "use_peft", False) or not targets:
-        return
-    targets = [targets] if isinstance(targets, str) else list(targets)
-    if targets == ["all-linear"]:
-        return
-    if "all-linear" in targets:
-        raise ConfigError(f"lora_target_modules={targets}: all-linear must be given alone")
-    config_dir = local_config_dir(model_path, getattr(model_args, "model_revision", None))
-    modules = module_names(config_dir) if config_dir else None
-    if modules is None:
-        return
-    layers = sorted({n.rsplit(".", 1)[-1] for n, cls in modules.items() if cls == "Linear" and n != "lm_head"})
-    for target in targets:
-        hits = [cls for name, cls in modules.items() if name == target or name.endswith("." + target)]
-        if not hits:
-            raise ConfigError(
-                f"lora_target_modules: {target!r} matches no module of {model_args.model_name_or_path}; its linear "
-                f"layers are {', '.join(layers)} (or use all-linear)"
-            )
-        wrong = sorted({cls for cls in hits if cls not in _LORA_LAYERS})
-        if wrong:
-            raise ConfigError(
-                f"lora_target_modules: {target!r} names {', '.join(wrong)} modules, which LoRA cannot wrap; "
-                f"name linear layers instead: {', '.join(layers)} (or all-linear)"
-            )
-
-
-def lora_error_line(e: BaseException, model_args: Any) -> str:
-    """peft's error for LoRA targets that match nothing (raised after the load), as one line."""
-    targets = getattr(model_args, "lora_target_modules", None)
-    if "is not supported" in str(e):  # peft puts the module's multi-line repr in this message
-        return (
-            f"lora_target_modules={targets}: a target names a module LoRA cannot wrap (only Linear, Embedding, Conv "
-            "and MultiheadAttention layers); name linear layers or use all-linear"
-        )
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return f"lora_target_modules={targets}: {first}"
+    # the training settings' own checks, in one visit to preflight (the model's come once it is resolved, below)
+    check_ranges(script, training, model)
+    check_loss_type(training)
+    check_report_to(training)
+    check_push_to_hub(training)
+    plugins = active_plugins(training)
+    if script.data_path and not _takes_data_path(script.task):
+        readers = ", ".join(name for name in _task_names() if _takes_data_path(name))
+        raise ConfigError(f"task {script.task!r} reads no data, so data_path does not apply; tasks that take a "
+                          f"data_path: {readers}")  # fmt: skip
+    options = script.task_kwargs
+    with relative_path_hint(script.data_path):
+        spec = check_task(script.task, **options)
+    rewards = script.rewards or [spec.reward]
+    settings = script.reward_settings
+    for name in settings:
+        if name not in rewards:
+            raise ConfigError(f"reward_kwargs names {name!r}, which is not one of the run's rewards {rewards}")
+    for name in rewards:  # unknown names and settings fail here, in one line
+        get_reward(name, **task_reward_settings(script.task, name, settings.get(name), **options))
+    stop = task_stop_text(script.task, **options)
+    if stop is not None and getattr(training, "use_vllm", False):
+        raise ConfigError(f"task {script.task!r} ends completions at {stop!r}, which rlvr-div applies to HF "
+                          "generation only; train it without use_vllm")  # fmt: skip
+    if training.reward_weights is not None and len(training.reward_weights) != len(rewards):
+        raise ConfigError(f"reward_weights has {len(training.reward_weights)} values for {len(rewards)} rewards")
+    check_validity_reward_index(getattr(training, "validity_reward_index", 0), rewards)
+    for plugin in plugins:  # the plug-ins' checks against task and rewards
+        plugin.check_task(training, script.task, spec, rewards)
+    check_entropy_bonus(training)
+    adopted = eval_strategy_as_monitor(script, training)
+    if adopted is not None:
+        logging.getLogger("rlvr_div.train").info("%s", adopted)
+    check_monitor(script, training)
+    # (batches that do not hold whole groups of num_generations are refused by GRPOConfig while parsing)
+    check_model_settings(model, training)
+    with relative_path_hint(model.model_name_or_path):
+        model_path: str | None = resolve_model(model.model_name_or_path or "", script.gguf_file, build=False)
+    spec = tiny_spec(model_path)
+    if spec is not None:
+        model_path = _tiny_dir_if_built(spec)
+    elif not Path(model_path).exists():  # a hub id: in the cache, or known to the hub
+        check_hub_model(model_path, model.model_revision, filename=script.gguf_file or "config.json")
+    if model_path is not None:
+        check_lora_targets(model, model_path)
+    need = checkpoint_bytes(model_path, peft=bool(model.use_peft))
+    check_free_space(training.output_dir, "--output_dir", need, "one checkpoint of this run (weights and Adam state)")
+    for plugin in plugins if check_inputs else ():
+        plugin.check_inputs(script, training, model)
 
 
-def is_lora_target_error(e: BaseException) -> bool:
-    """Whether ``e`` is peft refusing the LoRA targets (no module matched, or a matched module it cannot wrap)."""
-    try:
-        from peft.utils.error import NoMatchingPeftModuleError
-    except ImportError:  # older peft
-        NoMatchingPeftModuleError = ()  # type: ignore[assignment]  # noqa: N806
-    if NoMatchingPeftModuleError and isinstance(e, NoMatchingPeftModuleError):
-        return True
-    text = str(e)
-    return isinstance(e, ValueError) and ("Target modules" in text or "Target module" in text)
+def _task_names() -> list[str]:
+    from rlvr_div.tasks import TASKS
+
+    return TASKS.names()
+
+
+def _takes_data_path(task: str) -> bool:
+    """Whether task ``task`` reads data from a ``path`` option (its pre-load ``check`` takes one)."""
+    from rlvr_div.tasks import get_task_spec
+
+    check = get_task_spec(task).check
+    return check is not None and "path" in inspect.signature(check).parameters
+
+
+def _tiny_dir_if_built(spec: Any) -> str | None:
+    """A named tiny base's directory (``spec``: its TinySpec) if it is already built and current (checks never build
+    it)."""
+    from rlvr_div.models.tiny_base import cached_tiny_path
+
+    path = cached_tiny_path(spec)
+    return None if path is None else str(path)
