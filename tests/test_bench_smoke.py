@@ -32,6 +32,7 @@ def test_every_script_has_a_smoke_mode():
         "bench_rewards.py",
         "bench_sampled_vs_exact.py",
         "bench_sampling.py",
+        "bench_step_breakdown.py",
         "bench_threads.py",
     ]
     for name in SCRIPTS:
