@@ -219,3 +219,44 @@ def test_dph_seed1_is_the_first_arm_the_registered_primary_reads_as_losing_fewer
     assert "DPH-RL ended at 0.078 and 0.390 (10.0 lost, 16.0 gained)" in words
     said = "rehearsal set 151 s, train 4,776 s (79.6 s/step; niced tests ran beside it at times), evals 2,531 s"
     assert said in words
+
+
+def test_grpo_seed2_and_how_far_two_grpo_seeds_differ_where_the_primary_reads():
+    base, grpo1 = _grpo_seed1()
+    path2 = STUDY / "runs" / "grpo" / "seed2" / "result.json"
+    if not path2.is_file():
+        pytest.skip(f"{path2} is not committed")
+    grpo2 = json.loads(path2.read_text())
+    path = {p["step"]: p for p in grpo2["path"]}
+    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.028, 0.072, 0.091]
+    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.39, 0.37, 0.33]
+    b, e = base["test"], grpo2["end"]
+    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
+        (1.18, 8.52), (5.84, 15.62), (14.0, 14.0)]  # fmt: skip
+    assert round((_mean_pass(grpo1["end"], 1) + _mean_pass(e, 1)) / 2, 3) == 0.088
+    assert round((_mean_pass(grpo1["end"], 32) + _mean_pass(e, 32)) / 2, 3) == 0.31
+    # seed 2 minus seed 1, read as the registered primary reads an arm against GRPO
+    from collapse_bench.per_prompt import matched_with_prompts
+    from collapse_bench.real_math_stats import matched_paths
+
+    paths = matched_paths({1: grpo1, 2: grpo2}, b, "lost_at_k", 32)
+    diffs = [matched_with_prompts({1: paths[2]}, {1: paths[1]}, lv, "lost_at_k", 2000)["mean"] for lv in (0.02, 0.03)]
+    assert [round(d, 2) for d in diffs] == [-0.1, 0.97]
+    report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+    remedies = [abs(c["mean"]) for c in report if c["mean"] is not None]  # one seed-1 pair per arm and level
+    assert len(remedies) == 6 and all(m <= 5 * max(map(abs, diffs)) for m in remedies)  # "that size or a few times it"
+    rewards = [r for _, r in grpo2["train_reward"]]
+    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.075, 0.169, 0.352]
+    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
+    assert round(sum(solved) / len(solved), 2) == 1.85
+    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (23.7, 2.9)
+    assert (round(_mean_pass(grpo2["ood"], 1), 4), round(_mean_pass(grpo2["ood"], 8), 2)) == (0.0175, 0.12)
+    timing = json.loads((STUDY / "runs" / "grpo" / "seed2" / "timing.json").read_text())["stages"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
+        5196, 1830, 86.6)  # fmt: skip
+    words = _words()
+    assert "**14.0 lost, 14.0 gained** (seed 1: 15.0 and 11.0)" in words
+    assert "seed 2 minus seed 1 is −0.10 at 0.02 and +0.97 at 0.03" in words
+    assert "its seed 2: 0.091 and 0.330, 14.0 lost, 14.0 gained" in words
+    assert "train 5,196 s (86.6 s/step; niced tests ran beside it at times), evals 1,830 s" in words
