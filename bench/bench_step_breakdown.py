@@ -54,12 +54,16 @@ class _Timers:
     """Seconds per phase and the step's token counts, collected between two step ends."""
 
     def __init__(self) -> None:
+        self.depth = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new step's counts."""
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.samples = 0
-        self.depth = 0
 
     def timed(self, phase: Any, fn: Any) -> Any:
         """``fn`` with its wall time added to ``phase`` (a name, or a function of nothing giving one); a timed call
@@ -119,7 +123,7 @@ def _install(timers: _Timers) -> Any:
                    "prompt_tokens": timers.prompt_tokens, "completion_tokens": timers.completion_tokens,
                    "samples": timers.samples, "calls": dict(timers.calls)}  # fmt: skip
             self.rows.append(row)
-            timers.__init__()
+            timers.reset()
 
     return Steps()
 

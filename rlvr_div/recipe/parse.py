@@ -162,12 +162,12 @@ def _cli_values(argv: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _check_text_values(argv: list[str], recipe: dict[str, Any], classes: tuple[type, ...]) -> dict[str, str]:
+def _check_text_values(argv: list[str], recipe: dict[str, Any], types_: dict[str, Any]) -> dict[str, str]:
     """The values given as text (the command line's, and a recipe's quoted ones), checked before the parser converts
     them: a boolean key takes true/false only (any case; transformers' converter also takes yes/no, 1/0, t/f, y/n,
     which a YAML recipe may not). Returns the number keys given infinity or NaN (key -> the text), so that the
-    trainer's own check of the key may speak first (:func:`rlvr_div.recipe.checks.check_finite`)."""
-    types_ = field_types(*classes)
+    trainer's own check of the key may speak first (:func:`rlvr_div.recipe.checks.check_finite`); ``types_``: the
+    config classes' field types."""
     given = [(k, v) for k, v in recipe.items() if isinstance(v, str)] + _cli_values(argv)
     non_finite: dict[str, str] = {}
     for key, text in given:
@@ -184,15 +184,14 @@ def _check_text_values(argv: list[str], recipe: dict[str, Any], classes: tuple[t
     return non_finite
 
 
-def _negative_numbers_as_values(argv: list[str], classes: tuple[type, ...]) -> list[str]:
+def _negative_numbers_as_values(argv: list[str], types_: dict[str, Any]) -> list[str]:
     """``--learning_rate -1e-4`` → the value ``-1e-4``, not an option.
 
     argparse takes a token that starts with ``-`` for an option unless it looks like ``-1`` or ``-0.5``, so
     ``-1e-4`` after a numeric key fails with "expected one argument". A leading space keeps argparse from reading the
     token as an option, and ``float``/``int`` ignore it. Only tokens that parse as numbers of the key's type (or of a
-    numeric list key's items) and follow its key are touched.
+    numeric list key's items) and follow its key are touched (``types_``: the config classes' field types).
     """
-    types_ = field_types(*classes)
     out, convert = [], None
     for token in argv:
         if token.startswith("--"):
@@ -266,8 +265,9 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
     for key in recipe:
         if key not in known:
             raise ConfigError(f"unknown recipe key {key!r}; {_unknown_key_hint(key)}")
-    check_recipe_types(recipe, classes)
-    non_finite = _check_text_values(argv, recipe, classes)
+    types_ = field_types(*classes)  # read once: the annotations of every base class
+    check_recipe_types(recipe, types_)
+    non_finite = _check_text_values(argv, recipe, types_)
     _set_env(recipe)
     parser = _parser(classes)
     parser.set_defaults_with_config(**{legacy.get(k, k): v for k, v in recipe.items()})
@@ -275,7 +275,7 @@ def parse_recipe(argv: list[str] | None = None) -> tuple[ScriptArguments, Any, A
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             script, training, model, from_cli = parser.parse_args_into_dataclasses(
-                args=_negative_numbers_as_values(argv, classes), return_remaining_strings=True
+                args=_negative_numbers_as_values(argv, types_), return_remaining_strings=True
             )
     except _OneLineParserError as e:
         raise ConfigError(_one_line(str(e))) from None

@@ -103,11 +103,10 @@ def field_types(*classes: type) -> dict[str, Any]:
 TEXT_FOR_LIST = frozenset({"lora_target_modules"})
 
 
-def check_recipe_types(recipe: dict[str, Any], classes: tuple[type, ...], where: str = "recipe") -> None:
-    """Every value of a recipe mapping has its field's type, before the parser and the classes see it (a YAML value
-    is not converted by the command-line parser, so ``max_steps: 5.5`` or ``rewards: arith_exact`` would reach the
-    trainer and fail there, after the model loaded)."""
-    types_ = field_types(*classes)
+def check_recipe_types(recipe: dict[str, Any], types_: dict[str, Any], where: str = "recipe") -> None:
+    """Every value of a recipe mapping has its field's type (``types_``: :func:`field_types` of the config classes),
+    before the parser and the classes see it (a YAML value is not converted by the command-line parser, so
+    ``max_steps: 5.5`` or ``rewards: arith_exact`` would reach the trainer and fail there, after the model loaded)."""
     for key, value in recipe.items():
         tp = types_.get(key)
         if tp is None or accepts(value, tp, text_converts=True):
