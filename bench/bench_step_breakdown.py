@@ -31,6 +31,7 @@ model load included) and its resident set once the trainer is built (before the 
 step is the difference. ``--rollouts`` and ``--completion-tokens`` set the step's size (rollouts per step, new tokens
 at most; with ``--full-length`` every rollout runs to that length); ``--memory-only`` reports the memory and the
 step's token counts alone, with no times and no floor: a run beside other jobs measures memory, never time.
+``--set KEY=VALUE`` adds any other training setting (e.g. ``lora_dropout=0``, ``share_prompt_forward=false``).
 
     .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004 --steps 1 --threads 1 --rollouts 64 \\
         --completion-tokens 64 --full-length --memory-only
@@ -49,6 +50,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("generation", "rewards", "forward_grad", "forward_no_grad", "backward", "optimizer")
@@ -324,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollouts", type=int, help="rollouts per step (default: the config's batch)")
     ap.add_argument("--completion-tokens", type=int, help="new tokens per rollout at most (default: the config's)")
     ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another training setting (a YAML value), after the config's; repeatable",
+    )
+    ap.add_argument(
         "--full-length",
         action="store_true",
         help="every rollout runs to --completion-tokens (generation's min_new_tokens): rollouts x tokens",
@@ -368,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.completion_tokens < 1:
             ap.error("--completion-tokens must be >= 1")
         extra["max_completion_length"] = args.completion_tokens
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--set takes KEY=VALUE, got {item!r}")
+        extra[key] = yaml.safe_load(value)
     if args.full_length:
         if args.completion_tokens is None:
             ap.error("--full-length needs --completion-tokens (the length every rollout must reach)")

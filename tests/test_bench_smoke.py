@@ -70,13 +70,17 @@ def test_step_breakdown_reports_a_steps_memory_alone_at_a_chosen_size(tiny_path,
     token counts at ``--rollouts`` × ``--completion-tokens``, and no times (a busy machine measures memory only)."""
     bench = _load("bench_step_breakdown.py")
     record = tmp_path / "memory.json"
-    argv = ["--smoke", "--rollouts", "16", "--completion-tokens", "6", "--full-length", "--memory-only", "--json",
-            str(record)]  # fmt: skip
+    argv = ["--smoke", "--rollouts", "16", "--completion-tokens", "6", "--full-length", "--memory-only",
+            "--set", "temperature=0.9", "--json", str(record)]  # fmt: skip
     bench.main(argv)
     saved = json.loads(record.read_text())
     assert saved["memory_only"] is True and saved["matmul_flops32"] is None
-    assert saved["settings"] == {"per_device_train_batch_size": 16, "max_completion_length": 6,
-                                 "generation_kwargs": {"min_new_tokens": 6}}  # fmt: skip
+    assert saved["settings"] == {
+        "per_device_train_batch_size": 16,
+        "max_completion_length": 6,
+        "temperature": 0.9,
+        "generation_kwargs": {"min_new_tokens": 6},
+    }
     for arm in ("grpo_beta004", "alpha_dpg"):
         result = saved["arms"][arm]
         assert "wall" not in result and "floor" not in result
@@ -86,8 +90,9 @@ def test_step_breakdown_reports_a_steps_memory_alone_at_a_chosen_size(tiny_path,
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--rollouts", "10"), ("--rollouts", "0"), ("--completion-tokens", "0"),
-                                            ("--full-length", None)])  # fmt: skip
+                                            ("--full-length", None), ("--set", "lora_dropout")])  # fmt: skip
 def test_step_breakdown_refuses_a_step_size_it_cannot_train_before_any_run(flag, value, capsys):
     with pytest.raises(SystemExit):
         _load("bench_step_breakdown.py").main(["--smoke", flag, *([value] if value else [])])
-    assert "must be" in (err := capsys.readouterr().err) or "needs --completion-tokens" in err
+    err = capsys.readouterr().err
+    assert any(x in err for x in ("must be", "needs --completion-tokens", "takes KEY=VALUE")), err

@@ -137,6 +137,7 @@ def test_trainer_loss_is_the_formula_on_a_generated_batch(tmp_path, tiny_path):
     torch.manual_seed(0)
     args = _config(tmp_path, flowrl_beta=2.0, flowrl_logz_dropout=0.0)
     trainer = make_trainer(DivergenceGRPOTrainer, args, tiny_path, reward=mixed_pair_sum)  # both kinds of sample
+    assert args.share_prompt_forward and not trainer.share_prompt_forward  # log Z reads whole rows' hidden states
     trainer.model.train()
     with torch.no_grad():  # a policy away from its reference, so log π − log π_ref is not 0
         for p in trainer.model.parameters():

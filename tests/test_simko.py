@@ -153,8 +153,9 @@ def test_trainer_at_alpha_zero_lambda_one_is_stock_grpo(tmp_path, tiny_path):
     ours.model.train()
     ours.current_gradient_accumulation_steps = 1
     a, b = stock._compute_loss(stock.model, inputs), ours._compute_loss(ours.model, inputs)
-    assert abs(a.item() - b.item()) < 1e-6, (a.item(), b.item())
-    assert torch.allclose(_grads(a, stock.model), _grads(b, ours.model), atol=1e-6)
+    # float32 round-off: the trainer's forward runs each distinct prompt once, SimKO's every row (other shapes)
+    assert abs(a.item() - b.item()) < 1e-5, (a.item(), b.item())
+    assert torch.allclose(_grads(a, stock.model), _grads(b, ours.model), atol=1e-5)
     assert ours._metrics["train"]["simko/high_entropy_frac"][-1] > 0
     # off-policy π_old comes from TRL's forward, the loss's log-probs from SimKO's full logits: the same numbers
     mask = inputs["completion_mask"]
@@ -163,7 +164,7 @@ def test_trainer_at_alpha_zero_lambda_one_is_stock_grpo(tmp_path, tiny_path):
     with torch.no_grad():
         trl_logps = stock._get_per_token_logps_and_entropies(stock.model, ids, attention, mask.size(1))[0]
         simko_logps_ = ours.plugin("simko").statistics(ours.model, ids, attention, mask.size(1), None).logps
-    assert ((trl_logps - simko_logps_) * mask).abs().max() < 1e-6
+    assert ((trl_logps - simko_logps_) * mask).abs().max() < 1e-5
 
 
 def _released_loss(trainer, inputs, alpha: float, lam: float, k: int, tau: float) -> tuple[torch.Tensor, torch.Tensor]:

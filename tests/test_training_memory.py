@@ -135,6 +135,131 @@ def test_the_chunked_forward_equals_trls_fused_head(tmp_path, monkeypatch, peft,
     torch.testing.assert_close(ref_ours, ref_theirs, rtol=TOL, atol=TOL)
 
 
+def _gemma_dir(path: Path, vocab: int, seed: int = 0) -> str:
+    """A random 2-layer Gemma-3 (hidden 64, one KV head, a sliding layer of window 4 then a global one) with the tiny
+    base's character tokenizer, saved."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from rlvr_div.models.tiny_base import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256,
+                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                              pad_token_id=tok.pad_token_id)  # fmt: skip
+    Gemma3ForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def _grouped_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """9 rows, 3 prompts (of 2, 6 and 4 tokens, left-padded to 6) × 3 completions each (1..7 of 7 columns, right
+    padding), the groups interleaved as a shuffled micro-batch may hold them."""
+    g = torch.Generator().manual_seed(5)
+    lengths = [2, 6, 4]
+    prompts = [torch.randint(1, vocab, (n,), generator=g) for n in lengths]
+    completions = [3, 7, 1, 5, 2, 7, 6, 4, 1]
+    width, keep = 6 + 7, 7
+    ids = torch.zeros(9, width, dtype=torch.long)
+    attention = torch.zeros(9, width, dtype=torch.long)
+    for r, c in enumerate(completions):
+        prompt = prompts[r % 3]
+        ids[r, 6 - len(prompt) : 6] = prompt
+        ids[r, 6 : 6 + c] = torch.randint(1, vocab, (c,), generator=g)
+        attention[r, 6 - len(prompt) : 6 + c] = 1
+    return ids, attention, keep
+
+
+@pytest.mark.parametrize(("arch", "peft", "batch_size"), [("llama", False, None), ("llama", True, 6),
+                                                          ("gemma3", True, None)])  # fmt: skip
+def test_the_shared_prompt_forward_equals_trls_forward(tmp_path, monkeypatch, arch, peft, batch_size):
+    """Rows that repeat a prompt (GRPO's groups): each distinct prompt runs once and its cache is copied to its rows
+    (:func:`rlvr_div.trainers.common.shared_prompt_forward`). Log-probs, entropies and the gradient of a loss in
+    both, against TRL's own forward over every row; and without gradient (the reference's forward)."""
+    from trl import GRPOTrainer
+
+    import rlvr_div.trainers.common as common
+
+    vocab, temperature = 1000, 0.7
+    path = (_gemma_dir if arch == "gemma3" else _model_dir)(tmp_path / "model", vocab)
+    trainer = _trainer(path, tmp_path / "out", peft, temperature)
+    model = trainer.model
+    model.train()
+    ids, attention, keep = _grouped_batch(vocab)
+    shared = []
+    forward = common.shared_prompt_forward
+    monkeypatch.setattr(common, "shared_prompt_forward", lambda *a: shared.append(out := forward(*a)) or out)
+    weights = torch.linspace(-1.0, 1.0, ids.size(0) * keep).view(ids.size(0), keep)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def run(forward):
+        logps, entropies, _ = forward(model, ids, attention, keep, batch_size=batch_size, compute_entropy=True)
+        loss = (weights * logps).sum() + (weights.flip(0) * entropies).sum()
+        return logps.detach(), entropies.detach(), torch.autograd.grad(loss, params)
+
+    ours = run(trainer._get_per_token_logps_and_entropies)
+    # each row block that repeats a prompt shares it (with 6 rows a block, the last 3 rows are 3 distinct prompts)
+    assert [x is not None for x in shared] == ([True] if batch_size is None else [True, False])
+    theirs = run(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
+    scored = attention[:, -keep:].bool()
+    assert (ours[0][~scored] == 0).all() and (ours[1][scored] > 0).all()
+    torch.testing.assert_close(ours[0], theirs[0], rtol=TOL, atol=TOL)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=TOL, atol=TOL)
+    for a, b in zip(ours[2], theirs[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=TOL, atol=TOL * b.abs().max().item())
+    with torch.no_grad(), model.disable_adapter() if peft else contextlib.nullcontext():
+        ref_ours = trainer._get_per_token_logps_and_entropies(model, ids, attention, keep)[0]
+        ref_theirs = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, attention, keep)[0]
+    torch.testing.assert_close(ref_ours, ref_theirs, rtol=TOL, atol=TOL)
+
+
+def test_share_prompt_forward_false_runs_every_rows_prompt(tmp_path, monkeypatch):
+    """The config's ``share_prompt_forward: false``: the trainer's forward never shares, and gives the same values."""
+    import rlvr_div.trainers.common as common
+
+    vocab = 1000
+    path = _model_dir(tmp_path / "model", vocab)
+    calls = []
+    forward = common.shared_prompt_forward
+    monkeypatch.setattr(common, "shared_prompt_forward", lambda *a: calls.append(1) or forward(*a))
+    ids, attention, keep = _grouped_batch(vocab)
+    got = {}
+    for share in (True, False):
+        trainer = _trainer(path, tmp_path / f"out{share}", False, 1.0, share_prompt_forward=share,
+                           divergence="reverse_kl", divergence_coef=0.04)  # fmt: skip
+        assert trainer.share_prompt_forward is share
+        with torch.no_grad():
+            got[share] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, keep)[0]
+    assert len(calls) == 1  # the sharing trainer only
+    torch.testing.assert_close(got[True], got[False], rtol=TOL, atol=TOL)
+
+
+def test_the_shared_prompt_forward_steps_aside_where_it_would_change_the_result(tmp_path):
+    """No repeated prompt, a dropout that draws masks (one shared prompt would share one mask), gradient
+    checkpointing: None, and the full forward runs."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_div.trainers.common import has_active_dropout, shared_prompt_forward
+
+    vocab = 1000
+    model = AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path / "model", vocab))
+    model.train()
+    ids, attention, keep = _grouped_batch(vocab)
+    assert shared_prompt_forward(model, ids, attention, keep) is not None
+    assert shared_prompt_forward(model, ids[:3], attention[:3], keep) is None  # three distinct prompts
+    dropped = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj"]))
+    assert has_active_dropout(dropped) and shared_prompt_forward(dropped, ids, attention, keep) is None
+    dropped.eval()  # no masks drawn: shared again
+    assert not has_active_dropout(dropped) and shared_prompt_forward(dropped, ids, attention, keep) is not None
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    plain.train()
+    plain.activation_checkpointing_enable()
+    assert shared_prompt_forward(plain, ids, attention, keep) is None
+
+
 def test_simkos_chunked_statistics_equal_the_full_logits(tmp_path, monkeypatch):
     """SimKO's loss-forward statistics (log-prob, entropy, top-K log-probs, top-1 flag), the head in chunks of 5
     tokens, against :func:`token_statistics` of the model's full logits, values and gradients."""

@@ -226,7 +226,9 @@ def chunked_token_logps(
     head takes (:func:`rlvr_div.logprobs.head_split`), and :func:`rlvr_div.logprobs.head_token_stats` forms the logits
     of the attended completion tokens :data:`rlvr_div.logprobs.LOGIT_CHUNK_BYTES` at a time, recomputing each chunk in
     backward: memory beyond the backbone's activations is a few chunk × vocabulary tensors, whatever the number of
-    rollouts. Equal to TRL's fused head up to float round-off (``tests/test_training_memory.py``).
+    rollouts. Rows that repeat a prompt (GRPO's groups) run it once (:func:`shared_prompt_forward`) where the
+    trainer's ``share_prompt_forward`` is true (the config's, off while a plug-in reads whole rows). Equal to TRL's
+    fused head up to float round-off (``tests/test_training_memory.py``).
 
     None (TRL's forward runs) for multimodal inputs (``kwargs`` not all None), the MoE auxiliary loss, a model on a
     device where TRL's Triton kernel runs (:data:`TRITON_DEVICES`), a sharded model (DeepSpeed, FSDP) and a model
@@ -242,12 +244,16 @@ def chunked_token_logps(
     for start in range(0, rows, size):
         ids, attention = input_ids[start : start + size], attention_mask[start : start + size]
         with trainer.accelerator.autocast():
-            split = head_split(model, ids, attention, use_cache=False)
+            share = getattr(trainer, "share_prompt_forward", False)  # DivergenceGRPOTrainer's (__init__)
+            shared = shared_prompt_forward(model, ids, attention, keep_cols) if share else None
+            split = shared if shared is not None else head_split(model, ids, attention, use_cache=False)
             if split is None:  # a model the probe cannot split (known from its first forward): TRL's, all rows
                 return None
             head, finish, hidden, vocab = split
             scored = attention[:, width - keep_cols :].bool()
-            h = hidden[:, width - 1 - keep_cols : width - 1][scored]
+            # the hidden states that predict the completion's tokens: the last prompt token's and all but the last
+            # completion token's (in the shared forward, the first keep_cols of its [last prompt token | completion])
+            h = (hidden[:, :keep_cols] if shared is not None else hidden[:, width - 1 - keep_cols : width - 1])[scored]
             targets = ids[:, width - keep_cols :][scored]
             lp, ent = head_token_stats(head, finish, h, targets, trainer.temperature, default_chunk(vocab),
                                        entropy=compute_entropy)  # fmt: skip
@@ -255,6 +261,63 @@ def chunked_token_logps(
         if ent is not None:
             entropies.append(ent.new_zeros(scored.shape).masked_scatter(scored, ent))
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+
+def has_active_dropout(model: Any) -> bool:
+    """Whether a forward of ``model`` draws random dropout masks: a dropout module with p > 0 in training mode, or a
+    config's attention dropout > 0 while the model trains."""
+    for module in model.modules():
+        if module.training and isinstance(module, torch.nn.Dropout) and module.p > 0:
+            return True
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return bool(model.training and getattr(text, "attention_dropout", 0.0))
+
+
+def shared_prompt_forward(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep_cols: int
+) -> tuple[torch.nn.Module, Any, torch.Tensor, int] | None:
+    """The forward of rows [prompt | completion] (the last ``keep_cols`` columns the completion) that runs each
+    distinct prompt once: :func:`rlvr_div.logprobs.head_split`'s (head, finish, hidden states, vocabulary) with the
+    hidden states of the rows' last ``keep_cols + 1`` columns, [last prompt token | completion]; or None where it
+    does not apply.
+
+    GRPO's rows come in groups of G completions of one prompt, and TRL's forward runs every prompt token once per row.
+    Here the distinct prompts but their last token run once with their key/value cache kept (with gradient), the
+    cache is copied to each row of its prompt (indexing, which backward sums over the copies), and the rows continue
+    from it: the same positions, attention mask and weights, so the same log-probs and gradients up to float
+    round-off (matrix products over other shapes; ``tests/test_training_memory.py``). A prompt of P tokens and G
+    completions of C tokens cost one forward of P − 1 + G·(C + 1) tokens instead of G·(P + C), and the activations
+    that backward keeps shrink in proportion.
+
+    None (the caller's full forward runs) where no prompt repeats, where the prompt is a single column, while a
+    dropout draws masks (a shared prompt would share one mask among the rows that TRL gives one each:
+    :func:`has_active_dropout`), with gradient checkpointing (which turns the cache off), and for a model whose
+    forward gives no cache that can be copied by rows."""
+    rows, width = input_ids.shape
+    prompt_width = width - keep_cols
+    if prompt_width < 2 or rows < 2 or has_active_dropout(model):
+        return None
+    try:  # transformers 5's name (a peft model forwards it), then 4's
+        checkpointing = model.is_activation_checkpointing
+    except AttributeError:
+        checkpointing = getattr(model, "is_gradient_checkpointing", False)
+    if checkpointing:
+        return None
+    prompts = torch.cat([input_ids[:, :prompt_width], attention_mask[:, :prompt_width].to(input_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+    if distinct.size(0) == rows:
+        return None
+    head_ids = distinct[:, : prompt_width - 1]
+    head_mask = distinct[:, prompt_width : 2 * prompt_width - 1].to(attention_mask.dtype)
+    try:  # the head on the last position only: its logits are not used
+        cache = model(input_ids=head_ids, attention_mask=head_mask, use_cache=True, logits_to_keep=1).past_key_values
+    except TypeError:  # a forward without logits_to_keep
+        return None
+    if cache is None or not callable(getattr(cache, "batch_select_indices", None)):
+        return None
+    cache.batch_select_indices(inverse.to(input_ids.device))
+    return head_split(model, input_ids[:, prompt_width - 1 :], attention_mask, past=lambda: cache)
 
 
 def chunked_or_trl_forward(

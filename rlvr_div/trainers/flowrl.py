@@ -232,6 +232,7 @@ class FlowRL(GRPOPlugin):
 
     name = "flowrl"
     Args = FlowRLArgs
+    reads_whole_rows = True  # log Z from the loss forward's prompt hidden states (log_z_and_logps)
     selected_by = "flowrl: true"
     switches = ("flowrl",)
     ranges = {"flowrl_beta": POSITIVE, "flowrl_logz_layers": AT_LEAST_ONE, "flowrl_logz_dropout": HALF_OPEN_UNIT}

@@ -57,6 +57,15 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
         default=0,
         metadata={"help": "Which reward function decides validity (score == 1): diversity metrics, α-DPG, shapings."},
     )
+    share_prompt_forward: bool = field(
+        default=True,
+        metadata={
+            "help": "Run each distinct prompt of a log-prob forward once and continue its rows from a copy of its "
+            "cache (the same log-probs and gradients; off CUDA/XPU, where the LM head runs in chunks). It steps "
+            "aside by itself while a dropout draws masks (LoRA's lora_dropout > 0) or with activation checkpointing; "
+            "false: every row's prompt runs, as in TRL."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,6 +103,11 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         # here only switches TRL's reference log-probs on (DivergenceGRPOConfig sets it; TRL's own KL is off).
         self.kl_coef = 0.0
         self.plugins = [cls(self) for cls in PLUGIN_CLASSES if cls.active(self.args)]
+        # whether the per-token forward runs each distinct prompt once (the config's choice, off while a plug-in
+        # reads the backbone's output over whole rows)
+        self.share_prompt_forward = bool(getattr(self.args, "share_prompt_forward", True)) and not any(
+            p.reads_whole_rows for p in self.plugins
+        )
 
     def plugin(self, name: str) -> GRPOPlugin | None:
         """The active plug-in called ``name``, or None."""

@@ -36,7 +36,10 @@ A plug-in is a subclass of :class:`GRPOPlugin` in its own module, holding
   policy loss rather than wrapping it (α-DPG, FlowRL): another active plug-in that acts on the loss or the advantages
   (:data:`LOSS_HOOKS`) would not act, and is refused (:func:`check_loss_owners`), and a plug-in whose keys add to
   that loss refuses them even where they would add nothing, through :func:`loss_replacers` (``divergence: js`` under
-  ``trainer: dpg``).
+  ``trainer: dpg``);
+- ``reads_whole_rows``: its hooks read the backbone's output over whole [prompt | completion] rows (FlowRL's log Z),
+  so while it is active the trainer's log-prob forward runs every row's prompt instead of each distinct prompt once
+  (:func:`rlvr_div.trainers.common.shared_prompt_forward`).
 
 The class is registered by one decorator, ``@register_plugin(phase=..., after=(...))``:
 
@@ -103,6 +106,9 @@ class GRPOPlugin:
     phase: ClassVar[str] = ""  # set by register_plugin: one of PHASES
     after: ClassVar[tuple[str, ...]] = ()  # set by register_plugin: the plug-ins it comes after
     replaces_loss: ClassVar[bool] = False  # set by register_plugin (phase loss_replacement; see check_loss_owners)
+    # its hooks read the backbone's output over whole [prompt | completion] rows (FlowRL's log Z): while it is active
+    # the trainer's log-prob forward runs every row's prompt (rlvr_div.trainers.common.shared_prompt_forward is off)
+    reads_whole_rows: ClassVar[bool] = False
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
