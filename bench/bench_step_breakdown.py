@@ -73,25 +73,29 @@ class _Timers:
         """Start a new step's counts."""
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.raised: dict[str, float] = defaultdict(float)  # MiB by which each phase's calls raised the peak RSS
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.samples = 0
 
     def timed(self, phase: Any, fn: Any) -> Any:
-        """``fn`` with its wall time added to ``phase`` (a name, or a function of nothing giving one); a timed call
-        inside another (an override calling TRL's own) counts in the outer one only."""
+        """``fn`` with its wall time added to ``phase`` (a name, or a function of nothing giving one), and the rise of
+        the process's peak resident set during the call; a timed call inside another (an override calling TRL's own)
+        counts in the outer one only."""
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if self.depth:
                 return fn(*args, **kwargs)
             name = phase() if callable(phase) else phase
             self.depth += 1
+            peak = peak_resident_mib()
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[name] += time.perf_counter() - t0
                 self.calls[name] += 1
+                self.raised[name] += peak_resident_mib() - peak
                 self.depth -= 1
 
         return wrapper
@@ -133,7 +137,8 @@ def _install(timers: _Timers) -> Any:
         def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
             row = {"step": state.global_step, "wall": time.perf_counter() - self.step_start, **timers.seconds,
                    "prompt_tokens": timers.prompt_tokens, "completion_tokens": timers.completion_tokens,
-                   "samples": timers.samples, "calls": dict(timers.calls)}  # fmt: skip
+                   "samples": timers.samples, "calls": dict(timers.calls),
+                   "raised_mib": dict(timers.raised)}  # fmt: skip
             self.rows.append(row)
             timers.reset()
 
@@ -153,12 +158,21 @@ def _model_shape(trainer: Any) -> dict[str, int]:
     return {"N": blocks, "d": head.shape[1], "V": head.shape[0], "L": config.num_hidden_layers}
 
 
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def resident_mib() -> float:
     """This process's resident set now (``VmRSS``), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    return _status_mib("VmRSS")
+
+
+def peak_resident_mib() -> float:
+    """This process's peak resident set so far (``VmHWM``), in MiB."""
+    return _status_mib("VmHWM")
 
 
 def child(out: Path, argv: list[str]) -> int:
@@ -255,7 +269,10 @@ def memory_report(name: str, result: dict[str, Any]) -> dict[str, Any]:
           f"was built (+{memory['peak_rss_mib'] - memory['rss_built_mib']:.0f} MiB in {len(rows)} steps); "
           f"{tokens['samples']:.0f} samples, {tokens['prompt_tokens']:.0f} prompt + {tokens['completion_tokens']:.0f} "
           f"completion tokens per step (median; most per sample in a step: {longest:.1f})")  # fmt: skip
-    return {"steps": len(rows), "memory": memory, "tokens": tokens, "shape": result["shape"]}
+    raised = {k: sum(r.get("raised_mib", {}).get(k, 0.0) for r in rows) for k in PHASES[:-1]}
+    print("  the peak rose by " + ", ".join(f"{v:.0f} MiB in {k}" for k, v in raised.items() if v >= 1)
+          + " (the rest before the first step or between these calls)")  # fmt: skip
+    return {"steps": len(rows), "memory": memory, "tokens": tokens, "shape": result["shape"], "raised_mib": raised}
 
 
 def report(name: str, result: dict[str, Any], trained_blocks: int, flops: float) -> dict[str, Any]:

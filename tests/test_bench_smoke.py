@@ -85,6 +85,10 @@ def test_step_breakdown_reports_a_steps_memory_alone_at_a_chosen_size(tiny_path,
         result = saved["arms"][arm]
         assert "wall" not in result and "floor" not in result
         assert 0 < result["memory"]["rss_built_mib"] <= result["memory"]["peak_rss_mib"]
+        # how much each phase raised the peak: none below 0, none above the step's whole rise
+        rises = result["raised_mib"]
+        assert set(rises) == {"generation", "rewards", "forward_grad", "forward_no_grad", "backward"}
+        assert all(0 <= v <= result["memory"]["peak_rss_mib"] for v in rises.values())
         assert result["tokens"]["samples"] == 16 and result["tokens"]["completion_tokens"] == 16 * 6  # full length
     assert "peak RSS" in capsys.readouterr().out
 
