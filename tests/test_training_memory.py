@@ -260,6 +260,32 @@ def test_the_shared_prompt_forward_steps_aside_where_it_would_change_the_result(
     assert shared_prompt_forward(plain, ids, attention, keep) is None
 
 
+def test_the_shared_prompt_forward_steps_aside_under_distributed_data_parallel(tmp_path):
+    """A DDP-wrapped model (multi-process CPU training): its reducer expects one forward per backward, so each row's
+    prompt runs (one process, gloo, on a free local port)."""
+    import socket
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from rlvr_div.trainers.common import shared_prompt_forward
+
+    vocab = 1000
+    model = AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path / "model", vocab))
+    model.train()
+    ids, attention, keep = _grouped_batch(vocab)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        assert shared_prompt_forward(model, ids, attention, keep) is not None
+        assert shared_prompt_forward(wrapped, ids, attention, keep) is None
+    finally:
+        dist.destroy_process_group()
+
+
 def test_simkos_chunked_statistics_equal_the_full_logits(tmp_path, monkeypatch):
     """SimKO's loss-forward statistics (log-prob, entropy, top-K log-probs, top-1 flag), the head in chunks of 5
     tokens, against :func:`token_statistics` of the model's full logits, values and gradients."""

@@ -292,11 +292,14 @@ def shared_prompt_forward(
 
     None (the caller's full forward runs) where no prompt repeats, where the prompt is a single column, while a
     dropout draws masks (a shared prompt would share one mask among the rows that TRL gives one each:
-    :func:`has_active_dropout`), with gradient checkpointing (which turns the cache off), and for a model whose
-    forward gives no cache that can be copied by rows."""
+    :func:`has_active_dropout`), with gradient checkpointing (which turns the cache off), for a model wrapped in
+    DistributedDataParallel (two forwards before one backward), and for a model whose forward gives no cache that
+    can be copied by rows."""
     rows, width = input_ids.shape
     prompt_width = width - keep_cols
     if prompt_width < 2 or rows < 2 or has_active_dropout(model):
+        return None
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):  # its reducer expects one forward per backward
         return None
     try:  # transformers 5's name (a peft model forwards it), then 4's
         checkpointing = model.is_activation_checkpointing
