@@ -298,6 +298,13 @@ _UNSPLIT: weakref.WeakSet[Any] = weakref.WeakSet()
 (and its warning) and go straight to the full logits."""
 
 
+def may_split(model: Any) -> bool:
+    """Whether :func:`head_split` may split ``model``: it has an output-embeddings module and no earlier forward
+    showed that its logits are not that module's output plus a known finish."""
+    get = getattr(model, "get_output_embeddings", None)
+    return isinstance(get() if callable(get) else None, torch.nn.Module) and model not in _UNSPLIT
+
+
 def head_split(
     model: Any,
     input_ids: torch.Tensor,

@@ -155,12 +155,12 @@ def _gemma_dir(path: Path, vocab: int, seed: int = 0) -> str:
 
 
 def _grouped_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """9 rows, 3 prompts (of 2, 6 and 4 tokens, left-padded to 6) × 3 completions each (1..7 of 7 columns, right
+    """9 rows, 3 prompts (of 2, 6 and 4 tokens, left-padded to 6) × 3 completions each (0..7 of 7 columns, right
     padding), the groups interleaved as a shuffled micro-batch may hold them."""
     g = torch.Generator().manual_seed(5)
     lengths = [2, 6, 4]
     prompts = [torch.randint(1, vocab, (n,), generator=g) for n in lengths]
-    completions = [3, 7, 1, 5, 2, 7, 6, 4, 1]
+    completions = [3, 7, 1, 5, 0, 7, 6, 4, 1]  # row 4: an empty completion
     width, keep = 6 + 7, 7
     ids = torch.zeros(9, width, dtype=torch.long)
     attention = torch.zeros(9, width, dtype=torch.long)
@@ -258,6 +258,41 @@ def test_the_shared_prompt_forward_steps_aside_where_it_would_change_the_result(
     plain.train()
     plain.activation_checkpointing_enable()
     assert shared_prompt_forward(plain, ids, attention, keep) is None
+
+
+def test_the_shared_prompt_forward_steps_aside_where_sharing_would_differ_or_cannot_copy_the_cache(tmp_path):
+    """Prefix tuning (its own tokens before the prompt), a sequence-length-dependent RoPE, a functional dropout in
+    the config, and a cache with a layer that indexing by rows would not copy whole (a hybrid model's linear
+    attention): None."""
+    from types import SimpleNamespace
+
+    from peft import PrefixTuningConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
+
+    from rlvr_div.trainers.common import _rows_copyable, has_active_dropout, shared_prompt_forward
+
+    vocab = 1000
+    path = _model_dir(tmp_path / "model", vocab)
+    ids, attention, keep = _grouped_batch(vocab)
+    prefix = get_peft_model(AutoModelForCausalLM.from_pretrained(path),
+                            PrefixTuningConfig(num_virtual_tokens=3, task_type="CAUSAL_LM"))  # fmt: skip
+    prefix.train()
+    assert shared_prompt_forward(prefix, ids, attention, keep) is None
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.train()
+    rope = dict(model.config.rope_parameters)
+    model.config.rope_parameters = {**rope, "rope_type": "dynamic", "factor": 2.0}
+    assert shared_prompt_forward(model, ids, attention, keep) is None
+    model.config.rope_parameters = rope
+    assert shared_prompt_forward(model, ids, attention, keep) is not None
+    model.config.hidden_dropout = 0.1
+    assert has_active_dropout(model) and shared_prompt_forward(model, ids, attention, keep) is None
+    model.eval()
+    assert not has_active_dropout(model)
+    assert _rows_copyable(SimpleNamespace(layers=[DynamicLayer(), DynamicSlidingWindowLayer(sliding_window=4)]))
+    assert not _rows_copyable(SimpleNamespace(layers=[DynamicLayer(), LinearAttentionLayer()]))
+    assert not _rows_copyable(SimpleNamespace(layers=[]))
 
 
 def test_the_shared_prompt_forward_steps_aside_under_distributed_data_parallel(tmp_path):

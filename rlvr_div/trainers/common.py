@@ -18,7 +18,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
 from rlvr_div.errors import ConfigError
-from rlvr_div.logprobs import default_chunk, head_split, head_token_stats
+from rlvr_div.logprobs import default_chunk, head_split, head_token_stats, may_split
 from rlvr_div.rewards.base import check_validity_reward_index, completion_text
 from rlvr_div.trainers import trl_seam
 
@@ -264,14 +264,51 @@ def chunked_token_logps(
 
 
 def has_active_dropout(model: Any) -> bool:
-    """Whether a forward of ``model`` draws random dropout masks: a dropout module with p > 0 in training mode, or a
-    config's attention dropout > 0 while the model trains."""
+    """Whether a forward of ``model`` draws random dropout masks: a dropout module (any ``_DropoutNd``) with p > 0 in
+    training mode, or, while the model trains, a config setting of a functional dropout (a number > 0 under a name
+    with ``dropout`` or ``pdrop``: ``attention_dropout``, ``hidden_dropout``, ``attn_pdrop``, ...)."""
     for module in model.modules():
-        if module.training and isinstance(module, torch.nn.Dropout) and module.p > 0:
+        if module.training and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
             return True
+    if not model.training:
+        return False
     config = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return bool(model.training and getattr(text, "attention_dropout", 0.0))
+    settings = vars(text) if text is not None else {}
+    return any(("dropout" in k or "pdrop" in k) and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+               for k, v in settings.items())  # fmt: skip
+
+
+# sequence-length-dependent RoPE: its frequencies follow the longest position of each forward, which the prompt's
+# forward and the rows' continuation see differently from one forward of whole rows
+_LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
+
+
+def _shares_exactly(model: Any) -> bool:
+    """Whether the shared forward computes what one forward of whole rows does for ``model``: not a peft prompt-learning
+    model (prefix or prompt tuning put their own tokens before the prompt), not a sequence-length-dependent RoPE, not
+    a model whose positions come from its own index (``get_rope_index``: Qwen-VL)."""
+    peft_config = getattr(model, "active_peft_config", None)
+    if getattr(peft_config, "is_prompt_learning", False):
+        return False
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = getattr(text, key, None)
+        ropes = [rope, *rope.values()] if isinstance(rope, dict) else []  # per layer type (Gemma-3) or one
+        if any(isinstance(r, dict) and (r.get("rope_type") or r.get("type")) in _LENGTH_DEPENDENT_ROPE for r in ropes):
+            return False
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return not any(callable(getattr(m, "get_rope_index", None)) for m in (base, getattr(base, "model", None)))
+
+
+def _rows_copyable(cache: Any) -> bool:
+    """Whether every layer of ``cache`` holds only keys and values that indexing by rows copies (a dynamic or sliding-
+    window attention layer); a linear-attention or state-space layer's states (hybrid models) are not."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
 
 
 def shared_prompt_forward(
@@ -293,13 +330,17 @@ def shared_prompt_forward(
     None (the caller's full forward runs) where no prompt repeats, where the prompt is a single column, while a
     dropout draws masks (a shared prompt would share one mask among the rows that TRL gives one each:
     :func:`has_active_dropout`), with gradient checkpointing (which turns the cache off), for a model wrapped in
-    DistributedDataParallel (two forwards before one backward), and for a model whose forward gives no cache that
-    can be copied by rows."""
+    DistributedDataParallel (two forwards before one backward), for a model whose result would differ
+    (:func:`_shares_exactly`: peft prompt learning, a sequence-length-dependent RoPE, positions from the model's own
+    index), and for a model whose forward gives no cache that indexing by rows copies whole (:func:`_rows_copyable`:
+    hybrid models' linear-attention and state-space layers)."""
     rows, width = input_ids.shape
     prompt_width = width - keep_cols
     if prompt_width < 2 or rows < 2 or has_active_dropout(model):
         return None
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):  # its reducer expects one forward per backward
+        return None
+    if not may_split(model) or not _shares_exactly(model):
         return None
     try:  # transformers 5's name (a peft model forwards it), then 4's
         checkpointing = model.is_activation_checkpointing
@@ -315,9 +356,11 @@ def shared_prompt_forward(
     head_mask = distinct[:, prompt_width : 2 * prompt_width - 1].to(attention_mask.dtype)
     try:  # the head on the last position only: its logits are not used
         cache = model(input_ids=head_ids, attention_mask=head_mask, use_cache=True, logits_to_keep=1).past_key_values
-    except TypeError:  # a forward without logits_to_keep
+    except TypeError as e:  # a forward without logits_to_keep
+        if "logits_to_keep" not in str(e):
+            raise
         return None
-    if cache is None or not callable(getattr(cache, "batch_select_indices", None)):
+    if cache is None or not _rows_copyable(cache):
         return None
     cache.batch_select_indices(inverse.to(input_ids.device))
     return head_split(model, input_ids[:, prompt_width - 1 :], attention_mask, past=lambda: cache)
