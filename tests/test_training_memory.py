@@ -89,6 +89,24 @@ def _batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     return ids.masked_fill(attention == 0, 0), attention, 7
 
 
+def _values_and_grads(model, forward, ids, attention, keep, batch_size):
+    """``forward``'s (log-probs, entropies) of the rows, and the gradient of a fixed linear loss in both with respect
+    to every trainable parameter of ``model``."""
+    weights = torch.linspace(-1.0, 1.0, ids.size(0) * keep).view(ids.size(0), keep)
+    params = [p for p in model.parameters() if p.requires_grad]
+    logps, entropies, _ = forward(model, ids, attention, keep, batch_size=batch_size, compute_entropy=True)
+    loss = (weights * logps).sum() + (weights.flip(0) * entropies).sum()
+    return logps.detach(), entropies.detach(), torch.autograd.grad(loss, params)
+
+
+def _assert_same(ours, theirs) -> None:
+    """Log-probs, entropies and gradients equal to float round-off (:data:`TOL`)."""
+    torch.testing.assert_close(ours[0], theirs[0], rtol=TOL, atol=TOL)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=TOL, atol=TOL)
+    for a, b in zip(ours[2], theirs[2], strict=True):
+        torch.testing.assert_close(a, b, rtol=TOL, atol=TOL * b.abs().max().item())
+
+
 @pytest.mark.parametrize(
     ("peft", "temperature", "batch_size"), [(False, 1.0, None), (False, 0.7, 4), (True, 0.7, None)]
 )
@@ -110,13 +128,9 @@ def test_the_chunked_forward_equals_trls_fused_head(tmp_path, monkeypatch, peft,
     chunks = []  # rows of each chunk the head formed logits for (the chunked forward ran, in chunks of 5)
     head_chunk = rlvr_div.logprobs._head_chunk
     monkeypatch.setattr(rlvr_div.logprobs, "_head_chunk", lambda *a: chunks.append(len(a[2])) or head_chunk(*a))
-    weights = torch.linspace(-1.0, 1.0, ids.size(0) * keep).view(ids.size(0), keep)
-    params = [p for p in model.parameters() if p.requires_grad]
 
     def run(forward):
-        logps, entropies, _ = forward(model, ids, attention, keep, batch_size=batch_size, compute_entropy=True)
-        loss = (weights * logps).sum() + (weights.flip(0) * entropies).sum()
-        return logps.detach(), entropies.detach(), torch.autograd.grad(loss, params)
+        return _values_and_grads(model, forward, ids, attention, keep, batch_size)
 
     ours = run(trainer._get_per_token_logps_and_entropies)
     scored = attention[:, -keep:].bool()
@@ -125,10 +139,7 @@ def test_the_chunked_forward_equals_trls_fused_head(tmp_path, monkeypatch, peft,
     assert ours[0].shape == theirs[0].shape == ours[1].shape == (ids.size(0), keep)
     assert (ours[0][~scored] == 0).all() and (ours[1][~scored] == 0).all()  # padding: 0, as TRL gives
     assert (ours[1][scored] > 0).all()
-    torch.testing.assert_close(ours[0], theirs[0], rtol=TOL, atol=TOL)
-    torch.testing.assert_close(ours[1], theirs[1], rtol=TOL, atol=TOL)
-    for a, b in zip(ours[2], theirs[2], strict=True):
-        torch.testing.assert_close(a, b, rtol=TOL, atol=TOL * b.abs().max().item())
+    _assert_same(ours, theirs)
     with torch.no_grad(), model.disable_adapter() if peft else contextlib.nullcontext():  # the reference's forward
         ref_ours = trainer._get_per_token_logps_and_entropies(model, ids, attention, keep)[0]
         ref_theirs = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, attention, keep)[0]
@@ -191,13 +202,9 @@ def test_the_shared_prompt_forward_equals_trls_forward(tmp_path, monkeypatch, ar
     shared = []
     forward = common.shared_prompt_forward
     monkeypatch.setattr(common, "shared_prompt_forward", lambda *a: shared.append(out := forward(*a)) or out)
-    weights = torch.linspace(-1.0, 1.0, ids.size(0) * keep).view(ids.size(0), keep)
-    params = [p for p in model.parameters() if p.requires_grad]
 
     def run(forward):
-        logps, entropies, _ = forward(model, ids, attention, keep, batch_size=batch_size, compute_entropy=True)
-        loss = (weights * logps).sum() + (weights.flip(0) * entropies).sum()
-        return logps.detach(), entropies.detach(), torch.autograd.grad(loss, params)
+        return _values_and_grads(model, forward, ids, attention, keep, batch_size)
 
     ours = run(trainer._get_per_token_logps_and_entropies)
     # each row block that repeats a prompt shares it (with 6 rows a block, the last 3 rows are 3 distinct prompts)
@@ -205,10 +212,7 @@ def test_the_shared_prompt_forward_equals_trls_forward(tmp_path, monkeypatch, ar
     theirs = run(lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k))
     scored = attention[:, -keep:].bool()
     assert (ours[0][~scored] == 0).all() and (ours[1][scored] > 0).all()
-    torch.testing.assert_close(ours[0], theirs[0], rtol=TOL, atol=TOL)
-    torch.testing.assert_close(ours[1], theirs[1], rtol=TOL, atol=TOL)
-    for a, b in zip(ours[2], theirs[2], strict=True):
-        torch.testing.assert_close(a, b, rtol=TOL, atol=TOL * b.abs().max().item())
+    _assert_same(ours, theirs)
     with torch.no_grad(), model.disable_adapter() if peft else contextlib.nullcontext():
         ref_ours = trainer._get_per_token_logps_and_entropies(model, ids, attention, keep)[0]
         ref_theirs = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, attention, keep)[0]
