@@ -241,10 +241,10 @@ def chunked_token_logps(
     keep_cols = min(logits_to_keep, width - 1)  # TRL's log-probs have width − 1 columns, its last K taken
     size = batch_size or rows
     logps, entropies = [], []
+    share = getattr(trainer, "share_prompt_forward", False)  # DivergenceGRPOTrainer's (set in its __init__)
     for start in range(0, rows, size):
         ids, attention = input_ids[start : start + size], attention_mask[start : start + size]
         with trainer.accelerator.autocast():
-            share = getattr(trainer, "share_prompt_forward", False)  # DivergenceGRPOTrainer's (__init__)
             shared = shared_prompt_forward(model, ids, attention, keep_cols) if share else None
             split = shared if shared is not None else head_split(model, ids, attention, use_cache=False)
             if split is None:  # a model the probe cannot split (known from its first forward): TRL's, all rows
@@ -324,8 +324,8 @@ def shared_prompt_forward(
     cache is copied to each row of its prompt (indexing, which backward sums over the copies), and the rows continue
     from it: the same positions, attention mask and weights, so the same log-probs and gradients up to float
     round-off (matrix products over other shapes; ``tests/test_training_memory.py``). A prompt of P tokens and G
-    completions of C tokens cost one forward of P − 1 + G·(C + 1) tokens instead of G·(P + C), and the activations
-    that backward keeps shrink in proportion.
+    completions of C tokens cost one forward of P − 1 + G·(C + 1) tokens instead of G·(P + C) (the memory a step
+    saves is measured in docs/benchmarks_details.md, "Training memory at 64 rollouts × 64 tokens").
 
     None (the caller's full forward runs) where no prompt repeats, where the prompt is a single column, while a
     dropout draws masks (a shared prompt would share one mask among the rows that TRL gives one each:
