@@ -28,9 +28,9 @@ rewards and the optimizer are left out of the floor (no matmuls of the model).
 
 Memory (issue 61, item 3): each arm's process reports its peak resident set (``wait4``'s rusage of that child alone,
 model load included) and its resident set once the trainer is built (before the first step), so the growth of a
-step is the difference. ``--rollouts`` and ``--completion-tokens`` set the step's size (rollouts per step, new tokens
-at most; with ``--full-length`` every rollout runs to that length); ``--memory-only`` reports the memory and the
-step's token counts alone, with no times and no floor: a run beside other jobs measures memory, never time.
+step is the difference. ``--rollouts`` and ``--completion-tokens`` set the step's size (rollouts per loss forward,
+new tokens at most; with ``--full-length`` every rollout runs to that length); ``--memory-only`` reports the memory
+and the step's token counts alone, with no times and no floor: a run beside other jobs measures memory, never time.
 ``--set KEY=VALUE`` adds any other training setting (e.g. ``lora_dropout=0``, ``share_prompt_forward=false``).
 
     .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004 --steps 1 --threads 1 --rollouts 64 \\
@@ -341,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lora-blocks", help="LoRA on every linear layer of these blocks, e.g. 10-17 (default: the config's)"
     )
-    ap.add_argument("--rollouts", type=int, help="rollouts per step (default: the config's batch)")
+    ap.add_argument(
+        "--rollouts", type=int, help="rollouts per loss forward, per_device_train_batch_size (default: the config's)"
+    )
     ap.add_argument("--completion-tokens", type=int, help="new tokens per rollout at most (default: the config's)")
     ap.add_argument(
         "--set",
