@@ -71,7 +71,10 @@ def test_reverse_kl_reproduces_stock_grpo_loss(setting, tmp_path, tiny_path):
     ga = torch.autograd.grad(a, list(stock.model.parameters())[0])[0]
     gb = torch.autograd.grad(b, list(ours.model.parameters())[0])[0]
     assert torch.allclose(ga, gb, atol=1e-6)
-    assert ours._metrics["train"]["divergence/reverse_kl"][-1] == pytest.approx(stock._metrics["train"]["kl"][-1])
+    # The logged KL is a mean of k3 = exp(d) - d - 1, which cancels: the two trainers' log-probs, equal to float32
+    # round-off (ours runs each distinct prompt once), give k3 means that agree to about 1e-6, not to the last bit.
+    kl = ours._metrics["train"]["divergence/reverse_kl"][-1]
+    assert kl == pytest.approx(stock._metrics["train"]["kl"][-1], rel=1e-5)
 
 
 def test_group_diversity():
@@ -202,7 +205,7 @@ def test_logged_divergence_is_the_ratio_weighted_value_off_policy(tmp_path, tiny
     assert abs(a.item() - b.item()) < 1e-6, (a.item(), b.item())
     weighted = ours._metrics["train"]["divergence/reverse_kl"][-1]
     unweighted = ours._metrics["train"]["divergence/reverse_kl_unweighted"][-1]
-    assert weighted == pytest.approx(stock._metrics["train"]["kl"][-1], rel=1e-6)
+    assert weighted == pytest.approx(stock._metrics["train"]["kl"][-1], rel=1e-5)  # k3 cancels: see above
     with torch.no_grad():
         logps = ours._get_per_token_logps_and_entropies(ours.model, ids, attention, width)[0]
     d = inputs["ref_per_token_logps"] - logps
