@@ -4,7 +4,8 @@ the training process, against the step's floor at the machine's measured matmul 
 
 Each arm trains ``--steps`` steps in the real-math study's setting (``bench/real_math.yaml``: its ``common``, the
 arm's recipe and overrides, seed 1, the study's filtered training pool) in a fresh ``rlvr-div train`` process whose
-calls are timed where TRL makes them: ``GRPOTrainer._generate_single_turn`` (generation),
+calls are timed where TRL makes them: ``GRPOTrainer._generate_single_turn`` (generation; with ``--set
+rollout_sampler=rlvr_div`` the project trainer's override of it, which samples through ``rlvr_div.sampling.decode``),
 ``GRPOTrainer._calculate_rewards`` (rewards), ``GRPOTrainer._get_per_token_logps_and_entropies`` with gradient on
 (the policy's forward) or off (reference / old-policy forwards), ``Accelerator.backward``, and the optimizer step
 (between transformers' ``on_pre_optimizer_step`` and ``on_optimizer_step``); "other" is the step's wall time minus
@@ -67,6 +68,7 @@ class _Timers:
 
     def __init__(self) -> None:
         self.depth = 0
+        self.generating = False  # inside a counted generation call
         self.reset()
 
     def reset(self) -> None:
@@ -107,16 +109,27 @@ def _install(timers: _Timers) -> Any:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    generate = GRPOTrainer._generate_single_turn
+    from rlvr_div.trainers.grpo import DivergenceGRPOTrainer
 
-    def counted_generate(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
-        out = generate(self, prompt_ids, *args, **kwargs)
-        timers.prompt_tokens += sum(len(p) for p in prompt_ids)  # one row per sample (prompts repeated G times)
-        timers.completion_tokens += sum(len(c) for c in out[0])
-        timers.samples += len(out[0])
-        return out
+    def counted(generate: Any) -> Any:
+        def counted_generate(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if timers.generating:  # an override calling TRL's own: counted once, in the outer call
+                return generate(self, prompt_ids, *args, **kwargs)
+            timers.generating = True
+            try:
+                out = generate(self, prompt_ids, *args, **kwargs)
+            finally:
+                timers.generating = False
+            timers.prompt_tokens += sum(len(p) for p in prompt_ids)  # one row per sample (prompts repeated G times)
+            timers.completion_tokens += sum(len(c) for c in out[0])
+            timers.samples += len(out[0])
+            return out
 
-    GRPOTrainer._generate_single_turn = timers.timed("generation", counted_generate)
+        return counted_generate
+
+    # TRL's generation, and the project trainer's override (rollout_sampler: rlvr_div samples without TRL's)
+    for cls in (GRPOTrainer, DivergenceGRPOTrainer):
+        cls._generate_single_turn = timers.timed("generation", counted(cls.__dict__["_generate_single_turn"]))
     GRPOTrainer._calculate_rewards = timers.timed("rewards", GRPOTrainer._calculate_rewards)
     Accelerator.backward = timers.timed("backward", Accelerator.backward)
 

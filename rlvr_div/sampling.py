@@ -336,84 +336,102 @@ class HFSampler:
             )
         return results
 
-    @torch.inference_mode()
     def _generate(
         self, prompts: list[list[int]], rows: list[int], uniforms: torch.Tensor, record: bool
     ) -> tuple[list[list[int]], list[list[float]] | None]:
-        """Row r samples a completion of ``prompts[rows[r]]`` at its uniforms ``uniforms[r]``; (token ids up to and
-        including each row's first end token, their log-probs when ``record``).
-
-        The decoding loop (the model's forward with its KV cache, :func:`choose_tokens` per step):
-
-        - each distinct prompt is read once: one forward pass over the distinct prompts, left-padded (positions
-          counted from each prompt's first token), whose KV cache and last logits are copied to its rows;
-        - a row that has ended leaves the batch (its cache rows dropped) once ended rows make up
-          :data:`DROP_FRACTION` of it, so a batch costs the tokens it samples, not rows × its longest completion.
-
-        The floats can differ in the last bits with the batch's shape, as any batching can (module docstring)."""
+        """Row r samples a completion of ``prompts[rows[r]]`` at its uniforms ``uniforms[r]`` (:func:`decode`)."""
         cfg = self.config
-        device = self.model.device
-        distinct = sorted(set(rows))
-        local = torch.tensor([distinct.index(p) for p in rows], dtype=torch.long)
-        width = max(len(prompts[p]) for p in distinct)
-        padded = torch.tensor([[self.pad_id] * (width - len(prompts[p])) + prompts[p] for p in distinct])
-        mask = torch.tensor([[0] * (width - len(prompts[p])) + [1] * len(prompts[p]) for p in distinct])
-        out = self.model(
-            input_ids=padded.to(device),
-            attention_mask=mask.to(device),
-            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache, logits = out.past_key_values, out.logits[:, -1][local.to(device)]
-        cache.batch_select_indices(local.to(device))
-        mask = mask[local].to(device)
-        position = mask.sum(-1)  # the next token's position in each row
-        end_ids = torch.tensor(self.end_ids)  # the chosen tokens come back to the CPU each step
-        record = record and cfg.temperature > 0
-        steps = cfg.max_new_tokens
-        tokens = torch.full((len(rows), steps), self.pad_id, dtype=torch.long)
-        lps = torch.zeros((len(rows), steps)) if record else None
-        lengths = torch.full((len(rows),), steps, dtype=torch.long)
-        alive = torch.arange(len(rows))  # the original row of each batch row
-        ended = torch.zeros(len(rows), dtype=torch.bool)  # batch rows that ended and are still in the batch
-        u = uniforms.to(device)
-        for t in range(steps):
-            chosen, lp = choose_tokens(logits, u[alive.to(device), t], cfg.temperature, cfg.top_p, record)
-            chosen = chosen.cpu()
-            live = ~ended
-            tokens[alive[live], t] = chosen[live]
-            if lp is not None:
-                lps[alive[live], t] = lp.cpu()[live]
-            stops = live & torch.isin(chosen, end_ids)
-            lengths[alive[stops]] = t + 1
-            ended |= stops
-            if bool(ended.all()) or t == steps - 1:
-                break
-            if int(ended.sum()) >= max(1, math.ceil(DROP_FRACTION * len(alive))):
-                keep = (~ended).nonzero().squeeze(-1)
-                cache.batch_select_indices(keep.to(device))
-                alive, chosen, mask, position = (
-                    alive[keep],
-                    chosen[keep],
-                    mask[keep.to(device)],
-                    position[keep.to(device)],
-                )
-                ended = torch.zeros(len(alive), dtype=torch.bool)
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
-            out = self.model(
-                input_ids=chosen.unsqueeze(-1).to(device),
-                attention_mask=mask,
-                position_ids=position.unsqueeze(-1),
-                past_key_values=cache,
-                use_cache=True,
+        return decode(self.model, prompts, rows, uniforms, cfg.temperature, cfg.top_p, self.end_ids, self.pad_id,
+                      record)  # fmt: skip
+
+
+@torch.inference_mode()
+def decode(
+    model: Any,
+    prompts: list[list[int]],
+    rows: list[int],
+    uniforms: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    end_ids: list[int],
+    pad_id: int,
+    record: bool = False,
+) -> tuple[list[list[int]], list[list[float]] | None]:
+    """Row r samples a completion of ``prompts[rows[r]]`` (token ids) at its uniforms ``uniforms[r]`` (one per step,
+    at most ``uniforms.size(1)`` tokens); (token ids up to and including each row's first token of ``end_ids``, their
+    log-probs under the distribution they were drawn from when ``record``). ``model`` runs as it is (its training
+    mode, hence its dropout, untouched); prompts are left-padded with ``pad_id``.
+
+    The decoding loop (the model's forward with its KV cache, :func:`choose_tokens` per step):
+
+    - each distinct prompt is read once: one forward pass over the distinct prompts, left-padded (positions
+      counted from each prompt's first token), whose KV cache and last logits are copied to its rows;
+    - a row that has ended leaves the batch (its cache rows dropped) once ended rows make up
+      :data:`DROP_FRACTION` of it, so a batch costs the tokens it samples, not rows × its longest completion.
+
+    The floats can differ in the last bits with the batch's shape, as any batching can (module docstring)."""
+    device = model.device
+    distinct = sorted(set(rows))
+    local = torch.tensor([distinct.index(p) for p in rows], dtype=torch.long)
+    width = max(len(prompts[p]) for p in distinct)
+    padded = torch.tensor([[pad_id] * (width - len(prompts[p])) + prompts[p] for p in distinct])
+    mask = torch.tensor([[0] * (width - len(prompts[p])) + [1] * len(prompts[p]) for p in distinct])
+    out = model(
+        input_ids=padded.to(device),
+        attention_mask=mask.to(device),
+        position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache, logits = out.past_key_values, out.logits[:, -1][local.to(device)]
+    cache.batch_select_indices(local.to(device))
+    mask = mask[local].to(device)
+    position = mask.sum(-1)  # the next token's position in each row
+    end_ids = torch.tensor(end_ids)  # the chosen tokens come back to the CPU each step
+    record = record and temperature > 0
+    steps = uniforms.size(1)
+    tokens = torch.full((len(rows), steps), pad_id, dtype=torch.long)
+    lps = torch.zeros((len(rows), steps)) if record else None
+    lengths = torch.full((len(rows),), steps, dtype=torch.long)
+    alive = torch.arange(len(rows))  # the original row of each batch row
+    ended = torch.zeros(len(rows), dtype=torch.bool)  # batch rows that ended and are still in the batch
+    u = uniforms.to(device)
+    for t in range(steps):
+        chosen, lp = choose_tokens(logits, u[alive.to(device), t], temperature, top_p, record)
+        chosen = chosen.cpu()
+        live = ~ended
+        tokens[alive[live], t] = chosen[live]
+        if lp is not None:
+            lps[alive[live], t] = lp.cpu()[live]
+        stops = live & torch.isin(chosen, end_ids)
+        lengths[alive[stops]] = t + 1
+        ended |= stops
+        if bool(ended.all()) or t == steps - 1:
+            break
+        if int(ended.sum()) >= max(1, math.ceil(DROP_FRACTION * len(alive))):
+            keep = (~ended).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep.to(device))
+            alive, chosen, mask, position = (
+                alive[keep],
+                chosen[keep],
+                mask[keep.to(device)],
+                position[keep.to(device)],
             )
-            position = position + 1
-            logits = out.logits[:, -1]
-        ids = [row[:length] for row, length in zip(tokens.tolist(), lengths.tolist())]
-        if lps is None:
-            return ids, None
-        return ids, [row[:length] for row, length in zip(lps.tolist(), lengths.tolist())]
+            ended = torch.zeros(len(alive), dtype=torch.bool)
+        mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+        out = model(
+            input_ids=chosen.unsqueeze(-1).to(device),
+            attention_mask=mask,
+            position_ids=position.unsqueeze(-1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        position = position + 1
+        logits = out.logits[:, -1]
+    ids = [row[:length] for row, length in zip(tokens.tolist(), lengths.tolist())]
+    if lps is None:
+        return ids, None
+    return ids, [row[:length] for row, length in zip(lps.tolist(), lengths.tolist())]
 
 
 # --------------------------------------------------------------------------------------------- vLLM backend

@@ -274,7 +274,7 @@ def test_the_shared_prompt_forward_steps_aside_where_sharing_would_differ_or_can
     from transformers import AutoModelForCausalLM
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
 
-    from rlvr_div.trainers.common import _rows_copyable, has_active_dropout, shared_prompt_forward
+    from rlvr_div.trainers.common import has_active_dropout, rows_copyable, shared_prompt_forward
 
     vocab = 1000
     path = _model_dir(tmp_path / "model", vocab)
@@ -294,9 +294,9 @@ def test_the_shared_prompt_forward_steps_aside_where_sharing_would_differ_or_can
     assert has_active_dropout(model) and shared_prompt_forward(model, ids, attention, keep) is None
     model.eval()
     assert not has_active_dropout(model)
-    assert _rows_copyable(SimpleNamespace(layers=[DynamicLayer(), DynamicSlidingWindowLayer(sliding_window=4)]))
-    assert not _rows_copyable(SimpleNamespace(layers=[DynamicLayer(), LinearAttentionLayer()]))
-    assert not _rows_copyable(SimpleNamespace(layers=[]))
+    assert rows_copyable(SimpleNamespace(layers=[DynamicLayer(), DynamicSlidingWindowLayer(sliding_window=4)]))
+    assert not rows_copyable(SimpleNamespace(layers=[DynamicLayer(), LinearAttentionLayer()]))
+    assert not rows_copyable(SimpleNamespace(layers=[]))
 
 
 def test_the_shared_prompt_forward_steps_aside_under_distributed_data_parallel(tmp_path):

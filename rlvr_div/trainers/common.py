@@ -284,7 +284,7 @@ def has_active_dropout(model: Any) -> bool:
 _LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
 
 
-def _shares_exactly(model: Any) -> bool:
+def shares_prompts_exactly(model: Any) -> bool:
     """Whether the shared forward computes what one forward of whole rows does for ``model``: not a peft prompt-learning
     model (prefix or prompt tuning put their own tokens before the prompt), not a sequence-length-dependent RoPE, not
     a model whose positions come from its own index (``get_rope_index``: Qwen-VL)."""
@@ -302,7 +302,7 @@ def _shares_exactly(model: Any) -> bool:
     return not any(callable(getattr(m, "get_rope_index", None)) for m in (base, getattr(base, "model", None)))
 
 
-def _rows_copyable(cache: Any) -> bool:
+def rows_copyable(cache: Any) -> bool:
     """Whether every layer of ``cache`` holds only keys and values that indexing by rows copies (a dynamic or sliding-
     window attention layer); a linear-attention or state-space layer's states (hybrid models) are not."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
@@ -331,16 +331,16 @@ def shared_prompt_forward(
     dropout draws masks (a shared prompt would share one mask among the rows that TRL gives one each:
     :func:`has_active_dropout`), with gradient checkpointing (which turns the cache off), for a model wrapped in
     DistributedDataParallel (two forwards before one backward), for a model whose result would differ
-    (:func:`_shares_exactly`: peft prompt learning, a sequence-length-dependent RoPE, positions from the model's own
-    index), and for a model whose forward gives no cache that indexing by rows copies whole (:func:`_rows_copyable`:
-    hybrid models' linear-attention and state-space layers)."""
+    (:func:`shares_prompts_exactly`: peft prompt learning, a sequence-length-dependent RoPE, positions from the
+    model's own index), and for a model whose forward gives no cache that indexing by rows copies whole
+    (:func:`rows_copyable`: hybrid models' linear-attention and state-space layers)."""
     rows, width = input_ids.shape
     prompt_width = width - keep_cols
     if prompt_width < 2 or rows < 2 or has_active_dropout(model):
         return None
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):  # its reducer expects one forward per backward
         return None
-    if not may_split(model) or not _shares_exactly(model):
+    if not may_split(model) or not shares_prompts_exactly(model):
         return None
     try:  # transformers 5's name (a peft model forwards it), then 4's
         checkpointing = model.is_activation_checkpointing
@@ -360,7 +360,7 @@ def shared_prompt_forward(
         if "logits_to_keep" not in str(e):
             raise
         return None
-    if cache is None or not _rows_copyable(cache):
+    if cache is None or not rows_copyable(cache):
         return None
     cache.batch_select_indices(inverse.to(input_ids.device))
     return head_split(model, input_ids[:, prompt_width - 1 :], attention_mask, past=lambda: cache)

@@ -45,6 +45,7 @@ from rlvr_div.trainers.common import (
     replace_advantages,
 )
 from rlvr_div.trainers.plugin import GRPOPlugin, check_loss_owners, check_parameters, plugin_args, plugin_classes
+from rlvr_div.trainers.rollouts import Rollouts, check_model, check_rollout_sampler
 
 PLUGIN_CLASSES: tuple[type[GRPOPlugin], ...] = tuple(plugin_classes())
 
@@ -67,8 +68,18 @@ class DivergenceGRPOConfig(*plugin_args(), GRPOConfig):  # type: ignore[misc]  #
         },
     )
 
+    rollout_sampler: str = field(
+        default="trl",
+        metadata={
+            "help": "Who samples the rollouts: 'trl' (TRL's call to transformers' generate, or vLLM) or 'rlvr_div' "
+            "(the loop rlvr-div eval samples with: each distinct prompt read once, ended rows leave the batch; the "
+            "same distribution at temperature and top_p; rlvr_div.trainers.rollouts)."
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_rollout_sampler(self)
         for plugin in PLUGIN_CLASSES:  # one-line checks, in plug-in order: the declared ones, then its own
             plugin.check_declared(self)
             plugin.prepare(self)
@@ -108,6 +119,11 @@ class DivergenceGRPOTrainer(GRPOTrainer):
         self.share_prompt_forward = bool(getattr(self.args, "share_prompt_forward", True)) and not any(
             p.reads_whole_rows for p in self.plugins
         )
+        # the rollouts' sampler: None is TRL's (generate or vLLM)
+        self.rollouts: Rollouts | None = None
+        if getattr(self.args, "rollout_sampler", "trl") == "rlvr_div":
+            check_model(self)
+            self.rollouts = Rollouts(self)
 
     def plugin(self, name: str) -> GRPOPlugin | None:
         """The active plug-in called ``name``, or None."""
@@ -160,6 +176,15 @@ class DivergenceGRPOTrainer(GRPOTrainer):
             if term is not None:
                 loss = loss + term
         return loss
+
+    # -- rollouts: TRL's, or the project's decoding loop (rollout_sampler: rlvr_div) for text prompts
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202
+        if self.rollouts is None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)  # fmt: skip
+        if images is not None or multimodal_fields:  # check_model refuses a processor; a guard
+            raise ConfigError("rollout_sampler: rlvr_div samples text prompts only; use rollout_sampler: trl")
+        return self.rollouts.generate(prompt_ids), None
 
     # -- scored batches: diversity metrics, then the plug-ins
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202

@@ -100,6 +100,13 @@ TRL_NAMES: tuple[TRLName, ...] = (
         note="replaces the batch's advantages (plug-ins: shapings, DPG)",
     ),
     TRLName(
+        GRPO, "_generate_single_turn", "method", ("override",), (GRPO_PY,),
+        params=("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
+        used_by=(f"{GRPO}._generate",),
+        note="rollout_sampler: rlvr_div samples the rollouts with the project's decoding loop "
+             "(rlvr_div.trainers.rollouts); otherwise TRL's, called as it is",
+    ),
+    TRLName(
         GRPO, "_save_checkpoint", "method", ("override",), (GRPO_PY,),
         params=("self", "model", "trial"), used_by=(f"{TRAINER}._maybe_log_save_evaluate",),
         note="the plug-ins' state, written before trainer_state.json",
