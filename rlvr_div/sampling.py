@@ -336,6 +336,7 @@ class HFSampler:
             )
         return results
 
+    @torch.inference_mode()
     def _generate(
         self, prompts: list[list[int]], rows: list[int], uniforms: torch.Tensor, record: bool
     ) -> tuple[list[list[int]], list[list[float]] | None]:
@@ -345,7 +346,7 @@ class HFSampler:
                       record)  # fmt: skip
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference mode: a trainer samples with its training model (HFSampler adds it)
 def decode(
     model: Any,
     prompts: list[list[int]],

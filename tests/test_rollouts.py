@@ -143,6 +143,10 @@ def test_training_samples_through_the_loop(tiny_path, tmp_path, monkeypatch):
         ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
         ({"generation_kwargs": {"top_k": 3}}, "generation_kwargs="),
         ({"cache_implementation": "static"}, "cache_implementation='static'"),
+        ({"top_k": None}, "top_k=None"),
+        ({"temperature": 0.0}, "temperature=0.0"),
+        ({"max_completion_length": None}, "max_completion_length=None"),
+        ({"use_transformers_continuous_batching": True}, "use_transformers_continuous_batching=True"),
     ],
 )
 def test_config_refuses_what_the_loop_would_not_honour(tmp_path, setting, message):
@@ -155,8 +159,23 @@ def test_config_refuses_what_the_loop_would_not_honour(tmp_path, setting, messag
         trainer_config(DivergenceGRPOConfig, tmp_path, **setting)
 
 
+def test_generation_overrides_fill_trls_unset_fields_from_the_models():
+    from types import SimpleNamespace
+
+    from rlvr_div.trainers.rollouts import generation_overrides
+
+    trl = SimpleNamespace(min_p=None, typical_p=None, no_repeat_ngram_size=None, suppress_tokens=None, num_beams=None)
+    neutral = SimpleNamespace(typical_p=1.0, num_beams=1, suppress_tokens=[], no_repeat_ngram_size=0)
+    assert generation_overrides(trl, neutral) == []
+    assert generation_overrides(trl, None) == []
+    model = SimpleNamespace(min_p=0.05, no_repeat_ngram_size=3, suppress_tokens=[7])
+    assert generation_overrides(trl, model) == ["min_p=0.05", "suppress_tokens=[7]", "no_repeat_ngram_size=3"]
+    assert generation_overrides(SimpleNamespace(min_p=0.1), model)[0] == "min_p=0.1"  # TRL's own value first
+
+
 def test_trainer_refuses_a_model_the_loop_cannot_sample(tiny_path, tmp_path, monkeypatch):
-    """peft prompt learning, and a cache that indexing by rows would not copy whole, in one line."""
+    """peft prompt learning, a rollout_func, a model generation config that generate would apply, and a cache that
+    indexing by rows would not copy whole, each in one line."""
     from peft import PrefixTuningConfig
 
     from rlvr_div.models import load_tokenizer
@@ -170,6 +189,18 @@ def test_trainer_refuses_a_model_the_loop_cannot_sample(tiny_path, tmp_path, mon
         DivergenceGRPOTrainer(model=tiny_path, reward_funcs=[get_reward("pair_sum")], args=args,
                               train_dataset=get_task("pairsum", size=16), processing_class=load_tokenizer(tiny_path),
                               peft_config=PrefixTuningConfig(num_virtual_tokens=2, task_type="CAUSAL_LM"))  # fmt: skip
+    with pytest.raises(ConfigError, match="rollout_func"):
+        DivergenceGRPOTrainer(model=tiny_path, reward_funcs=[get_reward("pair_sum")], args=args,
+                              train_dataset=get_task("pairsum", size=16), processing_class=load_tokenizer(tiny_path),
+                              rollout_func=lambda prompts, trainer: {})  # fmt: skip
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    model.generation_config.no_repeat_ngram_size = 3  # the model's own: generate would apply it
+    with pytest.raises(ConfigError, match="no_repeat_ngram_size=3"):
+        DivergenceGRPOTrainer(model=model, reward_funcs=[get_reward("pair_sum")], args=args,
+                              train_dataset=get_task("pairsum", size=16),
+                              processing_class=load_tokenizer(tiny_path))  # fmt: skip
     monkeypatch.setattr(rollouts, "rows_copyable", lambda cache: False)
     with pytest.raises(ConfigError, match="copied by rows"):
         make_trainer(DivergenceGRPOTrainer, args, tiny_path)
