@@ -65,12 +65,15 @@ def _best_seconds(fn: Callable[[], Any], reps: int) -> float:
     return best
 
 
-def measure_machine(size: int = 2048, copy_mb: int = 256, reps: int = 3) -> Machine:
-    """Matmul FLOP/s (float32; bfloat16 too) and copy bandwidth (read + write bytes per second)."""
+def measure_machine(size: int = 2048, copy_mb: int = 256, reps: int = 3, bf16: bool = True) -> Machine:
+    """Matmul FLOP/s (float32; bfloat16 too unless ``bf16`` is false: without native bfloat16 a 2048² product takes
+    tens of seconds) and copy bandwidth (read + write bytes per second)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     flops32 = 2 * size**3 / _best_seconds(lambda: a @ b, reps)
-    a16, b16 = a.bfloat16(), b.bfloat16()
-    flops16 = 2 * size**3 / _best_seconds(lambda: a16 @ b16, reps)
+    flops16 = None
+    if bf16:
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        flops16 = 2 * size**3 / _best_seconds(lambda: a16 @ b16, reps)
     src = torch.empty(copy_mb * 2**20 // 4)
     dst = torch.empty_like(src)
     bandwidth = 2 * src.numel() * 4 / _best_seconds(lambda: dst.copy_(src), reps)
