@@ -106,6 +106,37 @@ def _run(arm: str) -> dict:
     return json.loads(path.read_text())
 
 
+def _seed2(arm: str) -> tuple[dict, dict, dict, dict]:
+    """(seed 1, seed 2) of ``arm`` and of GRPO; skipped while ``arm``'s seed 2 is not committed."""
+    path2 = STUDY / "runs" / arm / "seed2" / "result.json"
+    if not path2.is_file():
+        pytest.skip(f"{path2} is not committed")
+    grpo2 = json.loads((STUDY / "runs" / "grpo" / "seed2" / "result.json").read_text())
+    return _run(arm), json.loads(path2.read_text()), _grpo_seed1()[1], grpo2
+
+
+def _check_two_seed_primary(arm: str, runs: tuple[dict, dict, dict, dict], base_test: dict, levels: tuple) -> None:
+    """The registered primary of ``arm`` with two seeds, recomputed from the two pairs of paths and as the report
+    gives it: per level (level, seed differences, mean, lo, hi), every interval across 0, the smallest sign-flip p
+    0.5, nothing supported."""
+    from collapse_bench.per_prompt import matched_with_prompts
+    from collapse_bench.real_math_stats import matched_paths
+
+    one, two, grpo1, grpo2 = runs
+    arm_paths = matched_paths({1: one, 2: two}, base_test, "lost_at_k", 32)
+    grpo_paths = matched_paths({1: grpo1, 2: grpo2}, base_test, "lost_at_k", 32)
+    report = {c["level"]: c for c in json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+              if c["arm"] == arm}  # fmt: skip
+    for level, diffs, mean, lo, hi in levels:
+        mine = matched_with_prompts(arm_paths, grpo_paths, level, "lost_at_k", 2000)
+        assert mine["seeds"] == [1, 2] and [round(d, 2) for d in mine["differences"]] == diffs
+        c = report[level]
+        assert c["seeds"] == [1, 2] and abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
+        assert (round(c["lo"], 2), round(c["hi"], 2)) == (lo, hi) and c["lo"] < 0 < c["hi"]
+        assert diffs[0] * diffs[1] < 0  # "the two seeds point opposite ways"
+        assert c["sign_flip"]["smallest"] == 0.5 and not c["supported"]
+
+
 def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_favour_it():
     base, grpo = _grpo_seed1()
     dpg = _run("alpha_dpg")
@@ -264,13 +295,8 @@ def test_grpo_seed2_and_how_far_two_grpo_seeds_differ_where_the_primary_reads():
 
 
 def test_alpha_dpg_seed2_and_the_first_primary_with_two_seeds():
-    base, grpo1 = _grpo_seed1()
-    path2 = STUDY / "runs" / "alpha_dpg" / "seed2" / "result.json"
-    if not path2.is_file():
-        pytest.skip(f"{path2} is not committed")
-    dpg2 = json.loads(path2.read_text())
-    dpg1 = _run("alpha_dpg")
-    grpo2 = json.loads((STUDY / "runs" / "grpo" / "seed2" / "result.json").read_text())
+    base = _grpo_seed1()[0]
+    dpg1, dpg2, grpo1, grpo2 = runs = _seed2("alpha_dpg")
     path = {p["step"]: p for p in dpg2["path"]}
     assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.067, 0.088]
     pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
@@ -282,23 +308,8 @@ def test_alpha_dpg_seed2_and_the_first_primary_with_two_seeds():
     assert [round(x, 3) for x in two] == [0.09, 0.088]
     two32 = [(_mean_pass(r["end"], 32) + _mean_pass(s["end"], 32)) / 2 for r, s in ((dpg1, dpg2), (grpo1, grpo2))]
     assert [round(x, 3) for x in two32] == [0.39, 0.31]
-    # the registered primary, recomputed from the two pairs of paths, and as the report gives it
-    from collapse_bench.per_prompt import matched_with_prompts
-    from collapse_bench.real_math_stats import matched_paths
-
-    dpg_paths = matched_paths({1: dpg1, 2: dpg2}, b, "lost_at_k", 32)
-    grpo_paths = matched_paths({1: grpo1, 2: grpo2}, b, "lost_at_k", 32)
-    report = {c["level"]: c for c in json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
-              if c["arm"] == "alpha_dpg"}  # fmt: skip
-    for level, diffs, mean, lo, hi in ((0.02, [0.1, -0.91], -0.41, -22.03, 21.22),
-                                       (0.03, [2.85, -2.99], -0.07, -43.84, 43.7)):  # fmt: skip
-        mine = matched_with_prompts(dpg_paths, grpo_paths, level, "lost_at_k", 2000)
-        assert mine["seeds"] == [1, 2] and [round(d, 2) for d in mine["differences"]] == diffs
-        c = report[level]
-        assert c["seeds"] == [1, 2] and abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
-        assert (round(c["lo"], 2), round(c["hi"], 2)) == (lo, hi) and c["lo"] < 0 < c["hi"]
-        assert diffs[0] * diffs[1] < 0  # "the two seeds point opposite ways"
-        assert c["sign_flip"]["smallest"] == 0.5 and not c["supported"]
+    _check_two_seed_primary("alpha_dpg", runs, b, ((0.02, [0.1, -0.91], -0.41, -22.03, 21.22),
+                                                   (0.03, [2.85, -2.99], -0.07, -43.84, 43.7)))  # fmt: skip
     rewards = [r for _, r in dpg2["train_reward"]]
     assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.07, 0.169, 0.316]
     solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
@@ -319,13 +330,9 @@ def test_alpha_dpg_seed2_and_the_first_primary_with_two_seeds():
 
 
 def test_forward_kl_seed2_and_its_two_seeds_at_the_primary():
-    base, grpo1 = _grpo_seed1()
+    base = _grpo_seed1()[0]
+    fkl1, fkl2, grpo1, grpo2 = runs = _seed2("forward_kl")
     path2 = STUDY / "runs" / "forward_kl" / "seed2" / "result.json"
-    if not path2.is_file():
-        pytest.skip(f"{path2} is not committed")
-    fkl2 = json.loads(path2.read_text())
-    fkl1 = _run("forward_kl")
-    grpo2 = json.loads((STUDY / "runs" / "grpo" / "seed2" / "result.json").read_text())
     path = {p["step"]: p for p in fkl2["path"]}
     assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.086, 0.098]
     pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
@@ -339,23 +346,9 @@ def test_forward_kl_seed2_and_its_two_seeds_at_the_primary():
     two = [(_mean_pass(r["end"], k) + _mean_pass(s["end"], k)) / 2 for r, s in ((fkl1, fkl2), (grpo1, grpo2))
            for k in (1, 32)]  # fmt: skip
     assert [round(x, 3) for x in two] == [0.095, 0.395, 0.088, 0.31]
-    # the registered primary, recomputed from the two pairs of paths, and as the report gives it
-    from collapse_bench.per_prompt import matched_with_prompts
-    from collapse_bench.real_math_stats import matched_paths
-
-    fkl_paths = matched_paths({1: fkl1, 2: fkl2}, b, "lost_at_k", 32)
-    grpo_paths = matched_paths({1: grpo1, 2: grpo2}, b, "lost_at_k", 32)
-    report = {c["level"]: c for c in json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
-              if c["arm"] == "forward_kl"}  # fmt: skip
-    for level, diffs, mean, lo, hi in ((0.02, [4.65, -0.87], 1.89, -41.21, 44.99),
-                                       (0.03, [3.21, -3.02], 0.1, -47.15, 47.34)):  # fmt: skip
-        mine = matched_with_prompts(fkl_paths, grpo_paths, level, "lost_at_k", 2000)
-        assert mine["seeds"] == [1, 2] and [round(d, 2) for d in mine["differences"]] == diffs
-        c = report[level]
-        assert c["seeds"] == [1, 2] and abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
-        assert (round(c["lo"], 2), round(c["hi"], 2)) == (lo, hi) and c["lo"] < 0 < c["hi"]
-        assert diffs[0] > 0 > diffs[1]  # "the second seed reversed the first's sign at both levels"
-        assert c["sign_flip"]["smallest"] == 0.5 and not c["supported"]
+    levels = ((0.02, [4.65, -0.87], 1.89, -41.21, 44.99), (0.03, [3.21, -3.02], 0.1, -47.15, 47.34))
+    _check_two_seed_primary("forward_kl", runs, b, levels)
+    assert all(diffs[0] > 0 > diffs[1] for _, diffs, *_ in levels)  # "the second seed reversed the first's sign"
     rewards = [r for _, r in fkl2["train_reward"]]
     assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.075, 0.191, 0.331]
     solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
