@@ -152,6 +152,7 @@ def test_rows_record_their_hardness_and_the_option_keeps_levels(spider_root: Pat
     [
         ("hardest", "unknown hardness 'hardest'; the levels are easy, medium, hard, extra"),
         (["easy", "Medium"], "unknown hardness 'Medium'"),
+        ("easy,medium", """extra (several levels are a list: --task-arg hardness='["easy","medium"]')"""),
         ([], "hardness must be a level or a list of levels"),
         (3, "hardness must be a level or a list of levels"),
     ],

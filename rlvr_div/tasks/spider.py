@@ -86,7 +86,8 @@ def hardness_levels(hardness: Any) -> tuple[str, ...] | None:
         raise ConfigError(f"task 'spider': hardness must be a level or a list of levels ({', '.join(LEVELS)})")
     unknown = [h for h in given if h not in LEVELS]
     if unknown:
-        raise ConfigError(f"task 'spider': unknown hardness {unknown[0]!r}; the levels are {', '.join(LEVELS)}")
+        hint = ' (several levels are a list: --task-arg hardness=\'["easy","medium"]\')' if "," in unknown[0] else ""
+        raise ConfigError(f"task 'spider': unknown hardness {unknown[0]!r}; the levels are {', '.join(LEVELS)}{hint}")
     return tuple(dict.fromkeys(given))
 
 
