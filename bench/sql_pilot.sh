@@ -6,13 +6,13 @@
 #
 #   bash bench/sql_pilot.sh [OUT]        (default OUT: bench/results/sql_pilot; reruns resume per model)
 #
-# Each cell is one `rlvr-div eval` into OUT/<model>_<dataset>/. Settings through the environment: PROBLEMS (24),
+# Each cell is one `rlvr-div eval` into OUT/<model>_<dataset>/. Settings through the environment: PROBLEMS (16),
 # N (64), MAX_NEW_TOKENS (96), THREADS (torch threads, default torch's), PYTHON (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench/results/sql_pilot}
 PY=${PYTHON:-.venv/bin/python}
-PROBLEMS=${PROBLEMS:-24}
+PROBLEMS=${PROBLEMS:-16}
 N=${N:-64}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-96}
 THREAD_ARGS=()
