@@ -47,6 +47,24 @@ def incomplete_beta(a: float, b: float, x: float) -> float:
     return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
 
 
+def clopper_pearson_upper(successes: int, trials: int, level: float = 0.95) -> float:
+    """The one-sided ``level`` Clopper–Pearson upper bound of a binomial proportion: the p with
+    P(X ≤ successes | trials, p) = 1 − level, i.e. I_p(successes + 1, trials − successes) = level (bisection);
+    1 when every trial succeeded. With no success it is 1 − (1 − level)^(1/trials)."""
+    if not 0 <= successes <= trials or trials < 1:
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {successes} of {trials}")
+    if successes == trials:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if incomplete_beta(successes + 1, trials - successes, mid) < level:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def t_cdf(t: float, df: float) -> float:
     """P(T ≤ t) for Student's t with ``df`` degrees of freedom: 1 − I_{df/(df+t²)}(df/2, 1/2)/2 for t ≥ 0."""
     tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))

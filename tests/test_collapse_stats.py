@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collapse_bench.stats import holm_paired, mean_ci, paired_difference, paired_p_value, t_cdf, t_quantile
+from collapse_bench.stats import (
+    clopper_pearson_upper,
+    holm_paired,
+    mean_ci,
+    paired_difference,
+    paired_p_value,
+    t_cdf,
+    t_quantile,
+)
 
 
 @pytest.mark.parametrize(
@@ -19,6 +27,28 @@ def test_t_quantile_matches_tables(df, q975):
     assert t_quantile(0.975, df) == pytest.approx(q975, rel=1e-7)
     assert t_quantile(0.025, df) == pytest.approx(-q975, rel=1e-7)
     assert t_cdf(q975, df) == pytest.approx(0.975, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "upper"),
+    [(1, 10, 0.3942), (5, 20, 0.4556)],  # one-sided 95% Clopper-Pearson tables
+)
+def test_clopper_pearson_upper_matches_tables(successes, trials, upper):
+    assert clopper_pearson_upper(successes, trials) == pytest.approx(upper, abs=1e-4)
+
+
+@pytest.mark.parametrize(("successes", "trials"), [(0, 5), (2, 30), (11, 16), (40, 64)])
+def test_clopper_pearson_upper_is_where_the_binomial_tail_is_five_percent(successes, trials):
+    p = clopper_pearson_upper(successes, trials)
+    tail = sum(math.comb(trials, i) * p**i * (1 - p) ** (trials - i) for i in range(successes + 1))
+    assert tail == pytest.approx(0.05, abs=1e-9) and successes / trials < p
+
+
+def test_clopper_pearson_upper_edges():
+    assert clopper_pearson_upper(0, 16) == pytest.approx(1 - 0.05 ** (1 / 16), rel=1e-9)  # closed form at zero
+    assert clopper_pearson_upper(7, 7) == 1.0
+    with pytest.raises(ValueError, match="successes <= trials"):
+        clopper_pearson_upper(3, 2)
 
 
 def test_t_cdf_of_one_degree_of_freedom_is_cauchy():

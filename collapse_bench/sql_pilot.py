@@ -1,0 +1,145 @@
+"""The SQL pilot's summary (issue 62, item 5; sampled by ``bench/sql_pilot.sh``): for each model × dataset cell of
+``rlvr-div eval`` output, base pass@1/8/64, the problems solved in 64 samples with a one-sided 95% Clopper–Pearson
+upper bound, how many completions are queries that execute at all, and the gate: the study trains on a dataset only
+where the base's pass@64 is at least 0.2.
+
+Every figure is recomputed from the cell's ``base/samples.jsonl``. The task's rows are built again from the cell's
+``config.json`` (task, split, seed, options), and each record's prompt must equal its row's; the database paths come
+from the rows, so the summary reproduces on a machine with the shared data elsewhere. Two checks that the verifier
+can say yes: each problem's gold query, written as a completion in the prompt's format (``" " + gold + "\\n"``),
+scores 1, and the recorded completions score again as recorded.
+
+    python -m collapse_bench.sql_pilot --out bench/results/sql_pilot      (writes summary.json and summary.md there)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from collapse_bench.stats import clopper_pearson_upper
+
+GATE_K = 64
+GATE_PASS = 0.2  # issue 62: "where pass@64 >= 0.2, run stock GRPO against α-DPG and DPH-RL"
+KS = (1, 8, 64)
+SAMPLES = Path("base") / "samples.jsonl"
+
+
+def _mean_pass(records: list[dict[str, Any]], k: int) -> float:
+    from rlvr_div.passk import pass_at_k
+
+    values = pass_at_k([r["n"] for r in records], [r["c"] for r in records], [k])
+    return float(values.mean())
+
+
+def summarize_cell(cell: Path) -> dict[str, Any]:
+    """One cell's figures (see the module docstring); raises ValueError when a record's prompt is not its row's."""
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.rewards.sql import QueryRejected, execute_query
+    from rlvr_div.tasks import get_task
+
+    config = json.loads((cell / "base" / "config.json").read_text())
+    records = [json.loads(line) for line in (cell / SAMPLES).read_text().splitlines() if line.strip()]
+    rows = get_task(config["task"], split=config["split"], seed=config["task_seed"], **config["task_options"])
+    reward = get_reward(config["reward"], **config["reward_settings"])
+    executable = total = 0
+    gold_ok, rescored_ok = [], []
+    try:
+        for rec in records:
+            row = rows[rec["index"]]
+            if rec["prompt"] != row["prompt"]:
+                raise ValueError(f"{cell}: record {rec['index']}'s prompt is not the task row's")
+            db, gold = row["db_path"], row["gold_sql"]
+            gold_ok.append(reward.score([f" {gold}\n"], [db], [gold]) == [1.0])
+            scores = reward.score(rec["completions"], [db] * rec["n"], [gold] * rec["n"])
+            rescored_ok.append(scores == rec["scores"])
+            for completion in rec["completions"]:
+                total += 1
+                sql = reward.extract(completion)
+                if sql is None:
+                    continue
+                try:
+                    execute_query(db, sql)
+                except (sqlite3.Error, QueryRejected):  # an SQLite error, a non-query, past the deadline
+                    continue
+                executable += 1
+    finally:
+        reward.close()
+    solved = sum(r["c"] > 0 for r in records)
+    n = {r["n"] for r in records}
+    pass_k = {str(k): _mean_pass(records, k) for k in KS}
+    return {
+        "model": cell.name.split("_", 1)[0],
+        "dataset": config["task"],
+        "task_options": config["task_options"],
+        "problems": len(records),
+        "n": sorted(n),
+        "temperature": config["temperature"],
+        "top_p": config["top_p"],
+        "max_new_tokens": config["max_new_tokens"],
+        "pass_at_k": pass_k,
+        "solved": solved,
+        "solved_upper95": clopper_pearson_upper(solved, len(records)),
+        "correct_samples": sum(r["c"] for r in records),
+        "samples": total,
+        "executable": executable,
+        "cut_at_cap": sum(f == "length" for r in records for f in r["finish_reasons"]),
+        "gold_scores_one": all(gold_ok),
+        "rescored_as_recorded": all(rescored_ok),
+        "passes_gate": pass_k[str(GATE_K)] >= GATE_PASS,
+    }
+
+
+def summarize(out: Path) -> dict[str, Any]:
+    """Every cell under ``out`` (a directory holding ``base/samples.jsonl``), by name."""
+    cells = sorted(p.parent.parent for p in out.glob(f"*/{SAMPLES}"))
+    if not cells:
+        raise FileNotFoundError(f"no cell under {out} (expected {out}/<model>_<dataset>/{SAMPLES})")
+    return {"gate": {"k": GATE_K, "pass_at_k": GATE_PASS}, "cells": {c.name: summarize_cell(c) for c in cells}}
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as a markdown table."""
+    lines = [
+        "# SQL pilot (issue 62, item 5): base models, two-shot `fewshot` format, T 1",
+        "",
+        "Made by `python -m collapse_bench.sql_pilot --out bench/results/sql_pilot` from the cells sampled by "
+        "`bash bench/sql_pilot.sh`. Gate: train on a dataset only where pass@64 ≥ 0.2.",
+        "",
+        "| cell | problems × n | pass@1 | pass@8 | pass@64 | solved (95% upper) | correct samples | executable "
+        "queries | cut at cap | gate |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in summary["cells"].items():
+        p = c["pass_at_k"]
+        lines.append(
+            f"| `{name}` | {c['problems']} × {'/'.join(map(str, c['n']))} | {p['1']:.4f} | {p['8']:.3f} | "
+            f"{p['64']:.3f} | {c['solved']} ({c['solved_upper95']:.2f}) | {c['correct_samples']} of {c['samples']} | "
+            f"{100 * c['executable'] / c['samples']:.1f}% | {c['cut_at_cap']} | "
+            f"{'met' if c['passes_gate'] else 'not met'} |"
+        )
+    checks = all(c["gold_scores_one"] and c["rescored_as_recorded"] for c in summary["cells"].values())
+    lines += [
+        "",
+        "Verifier checks: every problem's gold query, as a one-line completion, scores 1, and every recorded completion"
+        f" scores again as recorded: {'yes' if checks else 'NO'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m collapse_bench.sql_pilot", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/results/sql_pilot"), help="the pilot's directory")
+    args = parser.parse_args(argv)
+    summary = summarize(args.out)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (args.out / "summary.md").write_text(render(summary))
+    print(render(summary), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
