@@ -1,7 +1,7 @@
 """The SQL pilot's summary (issue 62, item 5; sampled by ``bench/sql_pilot.sh``): for each model × dataset cell of
 ``rlvr-div eval`` output, base pass@1/8/64, the problems solved in 64 samples with a one-sided 95% Clopper–Pearson
-upper bound, how many completions are queries that execute at all, and the gate: the study trains on a dataset only
-where the base's pass@64 is at least 0.2.
+upper bound, how many completions are queries that execute (within the reward's deadline and row limit), and the
+gate: the study trains on a dataset only where the base's pass@64 is at least 0.2.
 
 Every figure is recomputed from the cell's ``base/samples.jsonl``. The task's rows are built again from the cell's
 ``config.json`` (task, split, seed, options), and each record's prompt must equal its row's; the database paths come
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ GATE_K = 64
 GATE_PASS = 0.2  # issue 62: "where pass@64 >= 0.2, run stock GRPO against α-DPG and DPH-RL"
 KS = (1, 8, 64)
 SAMPLES = Path("base") / "samples.jsonl"
+RESULTS = Path("base") / "results.json"  # eval writes it after the last problem
 
 
 def _mean_pass(records: list[dict[str, Any]], k: int) -> float:
@@ -38,15 +38,14 @@ def _mean_pass(records: list[dict[str, Any]], k: int) -> float:
 def summarize_cell(cell: Path) -> dict[str, Any]:
     """One cell's figures (see the module docstring); raises ValueError when a record's prompt is not its row's."""
     from rlvr_div.rewards import get_reward
-    from rlvr_div.rewards.sql import QueryRejected, execute_query
     from rlvr_div.tasks import get_task
 
     config = json.loads((cell / "base" / "config.json").read_text())
+    timing = json.loads((cell / RESULTS).read_text())["timing"]  # of the last invocation (a resumed cell: its part)
     records = [json.loads(line) for line in (cell / SAMPLES).read_text().splitlines() if line.strip()]
     rows = get_task(config["task"], split=config["split"], seed=config["task_seed"], **config["task_options"])
     reward = get_reward(config["reward"], **config["reward_settings"])
-    executable = total = 0
-    gold_ok, rescored_ok = [], []
+    gold_ok, rescored_ok, queries = [], [], []
     try:
         for rec in records:
             row = rows[rec["index"]]
@@ -54,20 +53,13 @@ def summarize_cell(cell: Path) -> dict[str, Any]:
                 raise ValueError(f"{cell}: record {rec['index']}'s prompt is not the task row's")
             db, gold = row["db_path"], row["gold_sql"]
             gold_ok.append(reward.score([f" {gold}\n"], [db], [gold]) == [1.0])
-            scores = reward.score(rec["completions"], [db] * rec["n"], [gold] * rec["n"])
-            rescored_ok.append(scores == rec["scores"])
-            for completion in rec["completions"]:
-                total += 1
-                sql = reward.extract(completion)
-                if sql is None:
-                    continue
-                try:
-                    execute_query(db, sql)
-                except (sqlite3.Error, QueryRejected):  # an SQLite error, a non-query, past the deadline
-                    continue
-                executable += 1
+            rescored_ok.append(reward.score(rec["completions"], [db] * rec["n"], [gold] * rec["n"]) == rec["scores"])
+            queries += [(db, reward.extract(completion)) for completion in rec["completions"]]
+        runs = list(dict.fromkeys(q for q in queries if q[1] is not None))
+        status = {run: outcome[0] for run, outcome in zip(runs, reward.pool.run(runs))}
     finally:
         reward.close()
+    executable = sum(status.get(q) == "ok" for q in queries)
     solved = sum(r["c"] > 0 for r in records)
     n = {r["n"] for r in records}
     pass_k = {str(k): _mean_pass(records, k) for k in KS}
@@ -84,21 +76,28 @@ def summarize_cell(cell: Path) -> dict[str, Any]:
         "solved": solved,
         "solved_upper95": clopper_pearson_upper(solved, len(records)),
         "correct_samples": sum(r["c"] for r in records),
-        "samples": total,
+        "samples": len(queries),
         "executable": executable,
         "cut_at_cap": sum(f == "length" for r in records for f in r["finish_reasons"]),
         "gold_scores_one": all(gold_ok),
         "rescored_as_recorded": all(rescored_ok),
         "passes_gate": pass_k[str(GATE_K)] >= GATE_PASS,
+        "timing": {k: timing[k] for k in ("problems_sampled", "sampling_seconds", "tokens_per_second")},
     }
 
 
 def summarize(out: Path) -> dict[str, Any]:
-    """Every cell under ``out`` (a directory holding ``base/samples.jsonl``), by name."""
-    cells = sorted(p.parent.parent for p in out.glob(f"*/{SAMPLES}"))
-    if not cells:
-        raise FileNotFoundError(f"no cell under {out} (expected {out}/<model>_<dataset>/{SAMPLES})")
-    return {"gate": {"k": GATE_K, "pass_at_k": GATE_PASS}, "cells": {c.name: summarize_cell(c) for c in cells}}
+    """Every finished cell under ``out`` (a directory whose ``base/results.json`` eval wrote after its last problem),
+    by name; the cells still sampling are listed under ``unfinished``."""
+    started = sorted(p.parent.parent for p in out.glob(f"*/{SAMPLES}"))
+    finished = [c for c in started if (c / RESULTS).is_file()]
+    if not finished:
+        raise FileNotFoundError(f"no finished cell under {out} (expected {out}/<model>_<dataset>/{RESULTS})")
+    return {
+        "gate": {"k": GATE_K, "pass_at_k": GATE_PASS},
+        "cells": {c.name: summarize_cell(c) for c in finished},
+        "unfinished": [c.name for c in started if c not in finished],
+    }
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -109,18 +108,21 @@ def render(summary: dict[str, Any]) -> str:
         "Made by `python -m collapse_bench.sql_pilot --out bench/results/sql_pilot` from the cells sampled by "
         "`bash bench/sql_pilot.sh`. Gate: train on a dataset only where pass@64 ≥ 0.2.",
         "",
-        "| cell | problems × n | pass@1 | pass@8 | pass@64 | solved (95% upper) | correct samples | executable "
-        "queries | cut at cap | gate |",
+        "| cell | problems × n | pass@1 | pass@8 | pass@64 | solved (one-sided 95% upper bound) | correct samples | "
+        "queries that execute | cut at the cap | gate |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in summary["cells"].items():
         p = c["pass_at_k"]
         lines.append(
             f"| `{name}` | {c['problems']} × {'/'.join(map(str, c['n']))} | {p['1']:.4f} | {p['8']:.3f} | "
-            f"{p['64']:.3f} | {c['solved']} ({c['solved_upper95']:.2f}) | {c['correct_samples']} of {c['samples']} | "
+            f"{p['64']:.3f} | {c['solved']}/{c['problems']} (≤ {c['solved_upper95']:.2f}) | "
+            f"{c['correct_samples']} of {c['samples']} | "
             f"{100 * c['executable'] / c['samples']:.1f}% | {c['cut_at_cap']} | "
             f"{'met' if c['passes_gate'] else 'not met'} |"
         )
+    if summary["unfinished"]:
+        lines += ["", f"Still sampling, not summarised: {', '.join(f'`{c}`' for c in summary['unfinished'])}."]
     checks = all(c["gold_scores_one"] and c["rescored_as_recorded"] for c in summary["cells"].values())
     lines += [
         "",
