@@ -1,7 +1,8 @@
 """The SQL pilot's summary (issue 62, item 5; sampled by ``bench/sql_pilot.sh``): for each model × dataset cell of
 ``rlvr-div eval`` output, base pass@1/8/64, the problems solved in 64 samples with a one-sided 95% Clopper–Pearson
-upper bound, how many completions are queries that execute (within the reward's deadline and row limit), and the
-gate: the study trains on a dataset only where the base's pass@64 is at least 0.2.
+upper bound, how many completions' queries start with SELECT, how many execute (within the reward's deadline and
+row limit) and how many fail on a table or column the database lacks, and the gate: the study trains on a dataset
+only where the base's pass@64 is at least 0.2.
 
 Every figure is recomputed from the cell's ``base/samples.jsonl``. The task's rows are built again from the cell's
 ``config.json`` (task, split, seed, options), and each record's prompt must equal its row's; the database paths come
@@ -35,6 +36,11 @@ def _mean_pass(records: list[dict[str, Any]], k: int) -> float:
     return float(values.mean())
 
 
+def _names_missing(error: str) -> bool:
+    """SQLite's error for a table or column that the database does not have."""
+    return "no such table" in error or "no such column" in error
+
+
 def summarize_cell(cell: Path) -> dict[str, Any]:
     """One cell's figures (see the module docstring); raises ValueError when a record's prompt is not its row's."""
     from rlvr_div.rewards import get_reward
@@ -56,10 +62,12 @@ def summarize_cell(cell: Path) -> dict[str, Any]:
             rescored_ok.append(reward.score(rec["completions"], [db] * rec["n"], [gold] * rec["n"]) == rec["scores"])
             queries += [(db, reward.extract(completion)) for completion in rec["completions"]]
         runs = list(dict.fromkeys(q for q in queries if q[1] is not None))
-        status = {run: outcome[0] for run, outcome in zip(runs, reward.pool.run(runs))}
+        outcome = dict(zip(runs, reward.pool.run(runs)))
     finally:
         reward.close()
-    executable = sum(status.get(q) == "ok" for q in queries)
+    executable = sum(q in outcome and outcome[q][0] == "ok" for q in queries)
+    unknown_name = sum(q in outcome and outcome[q][0] != "ok" and _names_missing(str(outcome[q][1])) for q in queries)
+    select_first = sum(q[1] is not None and q[1].lstrip().lower().startswith("select") for q in queries)
     solved = sum(r["c"] > 0 for r in records)
     n = {r["n"] for r in records}
     pass_k = {str(k): _mean_pass(records, k) for k in KS}
@@ -77,7 +85,9 @@ def summarize_cell(cell: Path) -> dict[str, Any]:
         "solved_upper95": clopper_pearson_upper(solved, len(records)),
         "correct_samples": sum(r["c"] for r in records),
         "samples": len(queries),
+        "starts_with_select": select_first,
         "executable": executable,
+        "unknown_table_or_column": unknown_name,
         "cut_at_cap": sum(f == "length" for r in records for f in r["finish_reasons"]),
         "gold_scores_one": all(gold_ok),
         "rescored_as_recorded": all(rescored_ok),
@@ -109,16 +119,18 @@ def render(summary: dict[str, Any]) -> str:
         "`bash bench/sql_pilot.sh`. Gate: train on a dataset only where pass@64 ≥ 0.2.",
         "",
         "| cell | problems × n | pass@1 | pass@8 | pass@64 | solved (one-sided 95% upper bound) | correct samples | "
-        "queries that execute | cut at the cap | gate |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "queries that start with SELECT | queries that execute | queries naming a table or column the database lacks | "
+        "cut at the cap | gate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in summary["cells"].items():
         p = c["pass_at_k"]
         lines.append(
             f"| `{name}` | {c['problems']} × {'/'.join(map(str, c['n']))} | {p['1']:.4f} | {p['8']:.3f} | "
             f"{p['64']:.3f} | {c['solved']}/{c['problems']} (≤ {c['solved_upper95']:.2f}) | "
-            f"{c['correct_samples']} of {c['samples']} | "
-            f"{100 * c['executable'] / c['samples']:.1f}% | {c['cut_at_cap']} | "
+            f"{c['correct_samples']} of {c['samples']} | {100 * c['starts_with_select'] / c['samples']:.1f}% | "
+            f"{100 * c['executable'] / c['samples']:.1f}% | {100 * c['unknown_table_or_column'] / c['samples']:.1f}% | "
+            f"{c['cut_at_cap']} | "
             f"{'met' if c['passes_gate'] else 'not met'} |"
         )
     if summary["unfinished"]:
