@@ -113,20 +113,22 @@ def summarize(out: Path) -> dict[str, Any]:
 def render(summary: dict[str, Any]) -> str:
     """The summary as a markdown table."""
     lines = [
-        "# SQL pilot (issue 62, item 5): base models, two-shot `fewshot` format, T 1",
+        "# SQL pilot (issue 62, item 5): base models, two-shot `fewshot` format",
         "",
         "Made by `python -m collapse_bench.sql_pilot --out bench/results/sql_pilot` from the cells sampled by "
         "`bash bench/sql_pilot.sh`. Gate: train on a dataset only where pass@64 ≥ 0.2.",
         "",
-        "| cell | problems × n | pass@1 | pass@8 | pass@64 | solved (one-sided 95% upper bound) | correct samples | "
+        "| cell | T, top-p | problems × n | pass@1 | pass@8 | pass@64 | solved (one-sided 95% upper bound) | "
+        "correct samples | "
         "queries that start with SELECT | queries that execute | queries naming a table or column the database lacks | "
         "cut at the cap | gate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in summary["cells"].items():
         p = c["pass_at_k"]
         lines.append(
-            f"| `{name}` | {c['problems']} × {'/'.join(map(str, c['n']))} | {p['1']:.4f} | {p['8']:.3f} | "
+            f"| `{name}` | {c['temperature']:g}, {c['top_p']:g} | {c['problems']} × {'/'.join(map(str, c['n']))} | "
+            f"{p['1']:.4f} | {p['8']:.3f} | "
             f"{p['64']:.3f} | {c['solved']}/{c['problems']} (≤ {c['solved_upper95']:.2f}) | "
             f"{c['correct_samples']} of {c['samples']} | {100 * c['starts_with_select'] / c['samples']:.1f}% | "
             f"{100 * c['executable'] / c['samples']:.1f}% | {100 * c['unknown_table_or_column'] / c['samples']:.1f}% | "
@@ -148,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m collapse_bench.sql_pilot", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench/results/sql_pilot"), help="the pilot's directory")
     args = parser.parse_args(argv)
-    summary = summarize(args.out)
+    try:
+        summary = summarize(args.out)
+    except FileNotFoundError as e:
+        parser.error(str(e))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "summary.md").write_text(render(summary))
     print(render(summary), end="")
