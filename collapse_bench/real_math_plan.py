@@ -35,7 +35,8 @@ def run_settings(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLik
                  rehearsal_path: str | os.PathLike | None) -> dict[str, Any]:  # fmt: skip
     """The ``rlvr-div train`` settings of a run, later keys winning: :data:`RUN_DEFAULTS`, the study's common
     settings, the arm's overrides, then the run's own (model, task and its filtered pool, seed, output directory,
-    a checkpoint every ``path_every`` steps, all of them kept)."""
+    a checkpoint every ``path_every`` steps, all of them kept, and the ``verifier`` settings as the task's reward's
+    ``reward_kwargs``)."""
     from rlvr_div.models.gguf_packages import package_reference
 
     options = dict(study.task_options) | ({INDICES_OPTION: list(indices)} if indices is not None else {})
@@ -50,6 +51,8 @@ def run_settings(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLik
         settings["threads"] = study.threads
     if arm.rehearsal:
         settings["rehearsal_path"] = str(rehearsal_path)
+    if study.verifier:
+        settings["reward_kwargs"] = json.dumps({study.reward: study.verifier})
     return settings
 
 

@@ -99,6 +99,8 @@ class Driver:
             argv += ["--threads", str(self.study.threads)]
         if e.batch_size is not None:
             argv += ["--batch-size", str(e.batch_size)]
+        for key, value in self.study.verifier.items():
+            argv += ["--reward-arg", f"{key}={json.dumps(value)}"]
         return argv
 
     def evaluate(self, stage: str, where: Path, name: str, model_path: str, timing: Timing, *, task: str,
@@ -108,6 +110,7 @@ class Driver:
         settings; the per-problem counts of its samples."""
         out_dir = where / "eval" / stage
         expected = self._settings(task, options, split, limit, n, sampling)
+        expected["reward_settings"] = self._reward_settings(task, options)
         if not eval_done(out_dir, name, expected):
             argv = self._eval_argv(f"{name}={model_path}", out_dir, task, options, split, limit, n, sampling, gguf)
             with timing.stage(stage):
@@ -116,9 +119,24 @@ class Driver:
 
     def _settings(self, task: str, options: dict[str, Any], split: str, limit: int | None, n: int,
                   sampling: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-        """What an evaluation must have been run with to be reused (its ``results.json`` config)."""
+        """What an evaluation must have been run with to be reused (its ``results.json`` config; ``evaluate`` adds the
+        reward's settings)."""
         return {"task": task, "split": split, "task_options": options, "limit": limit, "n": n,
                 "seed": self.study.eval.seed, **sampling}  # fmt: skip
+
+    def _with_verifier(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """``settings`` as ``train_filter.json`` and ``base.json`` record them: with the study's ``verifier`` settings
+        where it has some (a pool or base scored otherwise is not reused)."""
+        return {**settings, "verifier": dict(self.study.verifier)} if self.study.verifier else settings
+
+    def _reward_settings(self, task: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The settings an evaluation of ``task`` records for its reward (``Reward.settings``): the task's defaults
+        and the study's ``verifier`` settings, so that one scored otherwise is not reused."""
+        from rlvr_div.rewards import get_reward
+        from rlvr_div.tasks import get_task_spec, task_reward_settings
+
+        reward = get_task_spec(task).reward
+        return get_reward(reward, **task_reward_settings(task, reward, self.study.verifier, **options)).settings()
 
     def _held_out(self) -> dict[str, Any]:
         e = self.study.eval
@@ -156,7 +174,7 @@ class Driver:
                     "max_new_tokens": f.max_new_tokens or common.get("max_completion_length")}  # fmt: skip
         sampling = {k: float(v) if k != "max_new_tokens" else int(v) for k, v in sampling.items()}
         options, split = dict(self.study.task_options), self.study.train_split
-        settings = self._settings(self.study.task, options, split, f.limit, f.n, sampling)
+        settings = self._with_verifier(self._settings(self.study.task, options, split, f.limit, f.n, sampling))
         done = _read_json(self.out / FILTER)
         if done is not None and done.get("settings") == settings:
             return done["kept"]  # committed with the results: another machine reuses it, not samples it again
@@ -183,6 +201,7 @@ class Driver:
                                                                         ood["limit"], ood["n"], ood["sampling"]),
                     "protocols": {q.name: self._settings(held["task"], held["options"], held["split"], e.limit,
                                                          e.n_end, self._protocol(q)) for q in e.protocols}}  # fmt: skip
+        settings = self._with_verifier(settings)
         done = _read_json(self.out / BASE)
         if done is not None and done.get("settings") == settings:
             return done  # committed with the results: another machine reuses it, not samples it again

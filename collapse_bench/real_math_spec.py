@@ -4,6 +4,8 @@ declared before the runs; every problem is one :class:`ConfigError` line before 
 
     model: package:NAME | a directory | a hub id | tiny      gguf_file: NAME.gguf (optional: the model's GGUF file)
     task: a registered task     task_options: {...}         threads: N (train's and eval's --threads; optional)
+    verifier: {...}  settings of the task's own reward for training and every evaluation, e.g. {fallback:
+             last_number} (optional; the OOD task must score with the same reward)
     train:   {split: train, filter: {n, limit, temperature, top_p, max_new_tokens}}   (filter optional: a task with
              an `indices` option; its sampling defaults to common's temperature, top_p, max_completion_length)
     eval:    {split: test, limit, path_limit, n_path, n_end, max_new_tokens, temperature: 1, top_p: 1, path_every,
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,8 @@ from collapse_bench.spec import a_number, checked_mapping, int_at_least, is_numb
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe import read_yaml_mapping
 
-TOP_KEYS = {"model", "gguf_file", "task", "task_options", "threads", "train", "eval", "common", "arms", "seeds",
-            "primary", "draft"}  # fmt: skip
+TOP_KEYS = {"model", "gguf_file", "task", "task_options", "threads", "verifier", "train", "eval", "common", "arms",
+            "seeds", "primary", "draft"}  # fmt: skip
 TRAIN_KEYS = {"split", "filter"}
 FILTER_KEYS = {"n", "limit", "temperature", "top_p", "max_new_tokens"}
 EVAL_KEYS = {"split", "limit", "path_limit", "n_path", "n_end", "max_new_tokens", "temperature", "top_p",
@@ -50,7 +52,7 @@ DIRECTIONS = ("negative", "positive")
 # what the driver sets for each run (a common or arm setting would desynchronise training, evaluation and resume)
 RESERVED = {"model_name_or_path", "gguf_file", "task", "task_split", "task_options", "task_size", "data_path", "seed",
             "output_dir", "save_strategy", "save_steps", "save_total_limit", "resume_from_checkpoint",
-            "overwrite_output_dir", "rehearsal_path", "threads"}  # fmt: skip
+            "overwrite_output_dir", "rehearsal_path", "threads", "rewards", "reward_kwargs"}  # fmt: skip
 # the run settings the driver puts first, under the study's common ones (a common key replaces them)
 RUN_DEFAULTS = {"report_to": "none", "disable_tqdm": True, "logging_steps": 1}
 INDICES_OPTION = "indices"  # the task option that restricts a split to the filtered problems (wordmath has it)
@@ -163,6 +165,16 @@ class Study:
     root: str  # the config's directory (recipes are relative to it)
     gguf_file: str | None = None
     threads: int | None = None
+    # settings of the task's own reward (its verifier), given to training (reward_kwargs) and to every evaluation
+    # (--reward-arg); empty: the task's defaults
+    verifier: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reward(self) -> str:
+        """The name of the task's own reward, which trains and scores every run of the study."""
+        from rlvr_div.tasks import get_task_spec
+
+        return get_task_spec(self.task).reward
 
     @property
     def max_steps(self) -> int:
@@ -303,6 +315,24 @@ def _evaluation(raw: Any, check_inputs: bool) -> Evaluation:
                       tuple(protocols))  # fmt: skip
 
 
+def _verifier(raw: Any, task: str, options: dict[str, Any], ood: Ood | None) -> dict[str, Any]:
+    """The ``verifier`` settings, checked as the reward takes them (one line) before anything runs; the OOD task must
+    score with the same reward, which they set too."""
+    from rlvr_div.rewards import get_reward
+    from rlvr_div.tasks import get_task_spec, task_reward_settings
+
+    settings = _options(raw, "verifier")
+    if not settings:
+        return {}
+    reward = get_task_spec(task).reward
+    other = get_task_spec(ood.task).reward if ood is not None else reward
+    if other != reward:
+        raise ConfigError(f"verifier sets {reward!r}, which scores task {task!r}, but eval.ood's task {ood.task!r} "
+                          f"scores with {other!r}; the verifier applies to every evaluation")  # fmt: skip
+    get_reward(reward, **task_reward_settings(task, reward, settings, **options))
+    return settings
+
+
 def _filter(raw: Any, task: str) -> Filter | None:
     if raw is None:
         return None
@@ -411,5 +441,6 @@ def load_study(path: str | Path, check_inputs: bool = True) -> Study:
     if train_filter is not None and train_filter.max_new_tokens is None and "max_completion_length" not in common:
         raise ConfigError("train.filter needs max_new_tokens (or common.max_completion_length)")
     primary = _primary(raw["primary"], arms, evaluation) if raw.get("primary") is not None else None
+    verifier = _verifier(raw.get("verifier"), task, task_options, evaluation.ood)
     return Study(model, task, task_options, train_split, train_filter, evaluation, common, arms,
-                 seeds, primary, str(root), gguf, threads)  # fmt: skip
+                 seeds, primary, str(root), gguf, threads, verifier)  # fmt: skip

@@ -28,6 +28,8 @@ from collapse_bench.real_math_spec import load_study
 from collapse_bench.real_math_stages import Timing, boot_id, in_process_executor
 from collapse_bench.real_math_stats import hierarchical_interval, sign_flip_p
 from rlvr_div.errors import ConfigError
+from rlvr_div.rewards import get_reward
+from rlvr_div.tasks import get_task_spec, task_reward_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 GRPO, FKL, DPH = (str(ROOT / "recipes" / "tiny" / f"{n}.yaml") for n in ("grpo", "forward_kl", "dph_js"))
@@ -96,6 +98,10 @@ def config(tmp_path: Path, **changes: Any) -> Path:
         ),
         ({"seeds": [1, 1]}, "seeds must be a non-empty list of distinct integers"),
         ({"eval": {"protocols": [{"name": "yue", "temperature": 0.6}]}}, "needs 'temperature' and 'top_p'"),
+        ({"verifier": {"fallback": "last_number"}}, "eval.ood's task 'pairsum' scores with 'pair_sum'"),
+        ({"verifier": {"fallback": "last_number"}, "eval": {"ood": None}}, "bad settings for reward 'arith_exact'"),
+        ({"verifier": "last_number"}, "verifier must be a mapping"),
+        ({"common": {"reward_kwargs": "{}"}}, "common sets 'reward_kwargs', which the study sets"),
     ],
 )
 def test_config_errors_are_one_line(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
@@ -220,11 +226,14 @@ class FakeRlvr:
             raise Killed
         n, limit = int(_flag(argv, "n")), _flag(argv, "limit")
         problems = self.problems if limit is None else min(int(limit), self.problems)
-        options = {}
+        options, given = {}, {}
         for i, a in enumerate(argv):
-            if a == "--task-arg":
+            if a in ("--task-arg", "--reward-arg"):
                 key, value = argv[i + 1].split("=", 1)
-                options[key] = json.loads(value)
+                (options if a == "--task-arg" else given)[key] = json.loads(value)
+        task = _flag(argv, "task")
+        reward_name = get_task_spec(task).reward  # its settings recorded as `rlvr-div eval` records them
+        reward = get_reward(reward_name, **task_reward_settings(task, reward_name, given, **options)).settings()
         (out / name).mkdir(parents=True, exist_ok=True)
         records = [{"index": i, "n": n, "c": (i + len(model)) % (n + 1), "distinct_correct_completions": 1,
                     "distinct_correct_answers": 1} for i in range(problems)]  # fmt: skip
@@ -232,7 +241,7 @@ class FakeRlvr:
         cfg = {"task": _flag(argv, "task"), "split": _flag(argv, "split"), "task_options": options,
                "limit": None if limit is None else int(limit), "n": n, "temperature": float(_flag(argv, "temperature")),
                "top_p": float(_flag(argv, "top-p")), "max_new_tokens": int(_flag(argv, "max-new-tokens")),
-               "seed": int(_flag(argv, "seed"))}  # fmt: skip
+               "seed": int(_flag(argv, "seed")), "reward_settings": reward}  # fmt: skip
         (out / name / "results.json").write_text(json.dumps({"config": cfg}))
 
 
@@ -277,6 +286,55 @@ def test_stages_run_in_order_with_the_filtered_pool(tmp_path: Path, no_preflight
     assert Driver(study, tmp_path / "out", again).run() == 0 and again.calls == []  # the filter and base reused
     settings = json.loads((tmp_path / "out" / "train_filter.json").read_text())["settings"]
     assert settings["n"] == 2 and settings["split"] == "train"
+
+
+def test_the_verifier_settings_reach_training_and_every_evaluation(tmp_path: Path, no_preflight: None) -> None:
+    def study(verifier: dict[str, Any] | None) -> Any:
+        ood = {"task": "gsm8k", "task_options": {"format": "fewshot"}, "limit": 2, "n": 2}
+        path = config(tmp_path, task="wordmath", task_options={"format": "fewshot"}, seeds=[1], primary=None,
+                      arms=[{"name": "grpo", "recipe": GRPO}], train={"filter": {"n": 2}}, verifier=verifier,
+                      eval={"ood": ood})  # fmt: skip
+        return load_study(path, check_inputs=False)
+
+    lenient, plain = study({"fallback": "last_number"}), study(None)
+    fake = FakeRlvr()
+    assert Driver(lenient, tmp_path / "out", fake).run() == 0
+    evals = [a for a in fake.argvs if a[0] != "--config"]
+    trains = [a for a in fake.argvs if a[0] == "--config"]
+    assert len(evals) == 6 and len(trains) == 1  # filter, base, base OOD, step 1, the end and its OOD
+    assert all(_flag(a, "reward-arg") == 'fallback="last_number"' for a in evals)
+    assert json.loads(_flag(trains[0], "reward_kwargs")) == {"math_accuracy": {"fallback": "last_number"}}
+    assert "reward_kwargs" not in " ".join(train_argv(plain, plain.arm("grpo"), 1, tmp_path, [0], None, False))
+    assert run_identity(lenient, lenient.arm("grpo"), 1, [0]) != run_identity(plain, plain.arm("grpo"), 1, [0])
+    again = FakeRlvr()
+    assert Driver(lenient, tmp_path / "out", again).run() == 0 and again.calls == []  # reused: the settings match
+    shutil.rmtree(tmp_path / "out" / "runs")
+    redone = FakeRlvr()
+    assert Driver(plain, tmp_path / "out", redone).run() == 0  # without the fallback nothing scored with it is kept
+    assert ("eval", "filter") in redone.calls and ("eval", "base") in redone.calls
+
+
+def test_the_committed_study_reuses_its_pool_base_and_runs(tmp_path: Path) -> None:
+    """A change to the driver must not make the committed study sample its base or pool again, nor refuse its runs
+    (on a copy of its committed files: a failing check writes nothing into the checkout)."""
+    committed = ROOT / "bench" / "results" / "real_math" / "smollm2"
+    out = tmp_path / "smollm2"
+    for path in [committed / "train_filter.json", committed / BASE, *committed.glob("runs/*/seed*/identity.json")]:
+        (out / path.relative_to(committed)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, out / path.relative_to(committed))
+    study = load_study(ROOT / "bench" / "real_math.yaml", check_inputs=False)
+
+    def sample(command: str, argv: list[str], log: Path) -> None:
+        raise AssertionError(f"the committed study would run `rlvr-div {command}` again: {argv}")
+
+    driver = Driver(study, out, sample)
+    kept = driver.train_filter()
+    assert kept == json.loads((out / "train_filter.json").read_text())["kept"]
+    assert driver.base() == json.loads((out / BASE).read_text())
+    identities = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/seed*/identity.json"))]
+    assert len(identities) >= 8
+    for recorded in identities:
+        assert recorded["identity"] == run_identity(study, study.arm(recorded["arm"]), recorded["seed"], kept)
 
 
 @pytest.mark.parametrize("kill_at", [3, 5, 8, 13])  # in training, an end evaluation, DPH's training, a path point
