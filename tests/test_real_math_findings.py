@@ -408,6 +408,40 @@ def test_gemma_pilot_misses_the_pass_at_1_floor_as_said():
     assert "only 14.0% of its completions hold an answer line, against SmolLM2's 59.9%" in words
 
 
+def _pilot(name: str) -> list[dict]:
+    path = ROOT / "bench" / "results" / "real_math" / "pilot" / name / "base" / "samples.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} is not committed")
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_gemma_pilot4_the_fallback_chosen_on_32_problems_misses_the_floor_on_32_others():
+    """Pilot 4: pilot 3's samples scored with the last-number fallback (the choice), then problems 32-63 sampled
+    fresh (the check, its rule written first): the check's pass@1 is below 0.02, so the Gemma arms are not started."""
+    chosen, check = _pilot("gemma_cap80_rescored"), _pilot("gemma_cap80_lastnum")
+    assert [r["completions"] for r in chosen] == [r["completions"] for r in _pilot("gemma_cap80")]  # not sampled
+    assert [r["index"] for r in check] == list(range(32))  # the task's indices option renumbers from 0
+    assert not {r["prompt_text"] for r in check} & {r["prompt_text"] for r in chosen}  # other problems
+    numbers = []
+    for records in (chosen, check):
+        point = {"n": 64, "c": [r["c"] for r in records]}
+        assert len(records) == 32 and {r["n"] for r in records} == {64}
+        right = [(c, ok) for r in records for c, ok in zip(r["completions"], r["correct"]) if ok]
+        by_fallback = sum(not re.search(r"the answer is", c, re.IGNORECASE) for c, _ in right)
+        numbers.append((round(_mean_pass(point, 1), 3), round(_mean_pass(point, 64), 3),
+                        sum(c > 0 for c in point["c"]), len(right), by_fallback))  # fmt: skip
+    assert numbers == [(0.021, 0.531, 17, 43, 34), (0.013, 0.406, 13, 26, 21)]
+    assert numbers[1][0] < 0.02 and numbers[1][1] >= 3 * numbers[1][0]  # the floor missed, the 3x met
+    assert round((43 + 26) / (64 * 64), 3) == 0.017
+    words = _words()
+    assert "pass@1 0.021 ± 0.004, pass@64 0.531 ± 0.085, 17 of 32 problems solved" in words
+    assert "34 of the 43 correct samples hold no answer line" in words
+    assert "On problems 32–63 pass@1 is 0.013 ± 0.004, below 0.02; pass@64 is 0.406 ± 0.084 (31×, met)" in words
+    assert "13 of 32 problems are solved, and 21 of the 26 correct samples are read by the fallback" in words
+    assert "pass@1 is 0.017 (69 correct of 4,096)" in words and round(0.406 / 0.013) == 31
+    assert not (ROOT / "bench" / "real_math_gemma.yaml").exists()  # withdrawn, as the rule said
+
+
 def test_dph_seed2_both_seeds_lost_fewer_at_the_primary_and_nothing_is_supported():
     base = _grpo_seed1()[0]
     dph1, dph2, grpo1, grpo2 = _seed2("dph")
