@@ -23,7 +23,7 @@ from rlvr_div.rewards.math import MathAccuracy, answer_is
 from rlvr_div.tasks import check_task, data_source, get_task, list_tasks, task_reward_settings
 from rlvr_div.tasks import wordmath as wm
 from rlvr_div.tasks.data import DATA_ENV, find_data
-from rlvr_div.tasks.math import FEWSHOT_EXAMPLES, fewshot_prompt
+from rlvr_div.tasks.math import FEWSHOT_EXAMPLES, fewshot_prompt, make_prompt, math_reward_settings, math_stop_text
 
 SIZES = {"train": 2496, "validation": 150, "test": 437}  # of the shared data (docs/rewards.md gives the command)
 DIGESTS = {"train": "0284e2322b91669a", "validation": "9ec24bd5f7d94a25", "test": "648e334b72bfe7ba"}  # of the texts
@@ -182,6 +182,24 @@ def test_fewshot_prompt_shape() -> None:
         q, a = block.split("\n")
         assert q == f"Q: {question}" and re.fullmatch(r"A: .+ = (\d+)\. The answer is \1\.", a)
     assert prompt.count("The answer is") == 2
+
+
+def test_fewshot8_prompt_holds_eight_worked_examples_that_are_right() -> None:
+    prompt = make_prompt("Ben has 3 cups. How many cups?", "fewshot8")
+    blocks = prompt.split("\n\n")
+    assert len(blocks) == 9 and prompt.count("The answer is") == 8 and blocks[-1].endswith("\nA:")
+    assert prompt.endswith(fewshot_prompt("Ben has 3 cups. How many cups?", 0))
+    assert fewshot_prompt("Q?") == "\n\n".join(fewshot_prompt("Q?", 8).split("\n\n")[:2] + ["Q: Q?\nA:"])
+    for block, (question, answer) in zip(blocks[:8], FEWSHOT_EXAMPLES, strict=True):
+        assert block == f"Q: {question}\nA: {answer}"
+        expression, value = re.fullmatch(r"(.+) = (\d+)\. The answer is \2\.", answer).groups()
+        assert re.fullmatch(r"[\d +\-*/]+", expression) and eval(expression) == int(value)  # noqa: S307 (digits)
+    assert len({q for q, _ in FEWSHOT_EXAMPLES}) == 8
+    answer_line = {"math_accuracy": {"extract": "answer_is"}}
+    assert math_reward_settings("fewshot8") == math_reward_settings("fewshot") == answer_line
+    assert math_stop_text("fewshot8") == "\n"
+    with pytest.raises(ConfigError, match="format fewshot8 is a plain-text prompt"):
+        check_task("wordmath", format="fewshot8", chat=True)
 
 
 def test_fewshot_examples_come_from_no_data_file() -> None:

@@ -6,7 +6,8 @@ dataset's own field; see ``../shared/data/MANIFEST.md``). The prompt's ``format`
 followed by an instruction to reason step by step and put the final answer in ``\\boxed{}`` (chat messages by
 default, plain text with ``chat=False``); ``fewshot`` is a plain completion-style text, two worked examples and then
 ``Q: <problem>\nA:`` (:func:`fewshot_prompt`), whose answer is the number after the first "The answer is": the task
-then sets ``math_accuracy``'s ``extract="answer_is"`` by default (:func:`math_reward_settings`).
+then sets ``math_accuracy``'s ``extract="answer_is"`` by default (:func:`math_reward_settings`); ``fewshot8`` is the
+same with eight worked examples (the two first), for base models that keep the format less often.
 
 Data comes from ``path``: a ``.jsonl``/``.json``/``.parquet`` file (then the split is ignored: the file is the data),
 a directory holding ``<split>.jsonl``, or a hub id whose ``split`` is loaded (``openai/gsm8k`` gets its config
@@ -46,8 +47,11 @@ from rlvr_div.tasks.data import (
 logger = logging.getLogger(__name__)
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-FORMATS = ("boxed", "fewshot")
-# the two worked examples of the few-shot prompt: written for it, taken from no benchmark (tests/test_wordmath.py)
+FORMATS = ("boxed", "fewshot", "fewshot8")
+# the plain completion-style formats, by their number of worked examples
+FEWSHOT_SHOTS = {"fewshot": 2, "fewshot8": 8}
+# the worked examples of the few-shot prompts (``fewshot`` takes the first two): written for them, taken from no
+# benchmark (tests/test_wordmath.py)
 FEWSHOT_EXAMPLES = (
     (
         "A baker puts 24 muffins into 4 boxes, with the same number of muffins in each box. "
@@ -57,6 +61,34 @@ FEWSHOT_EXAMPLES = (
     (
         "Nina has 15 stickers. Her brother gives her 8 more stickers. How many stickers does Nina have now?",
         "15 + 8 = 23. The answer is 23.",
+    ),
+    (
+        "There were 42 sparrows on a fence. Then 17 of them flew away. How many sparrows are still on the fence?",
+        "42 - 17 = 25. The answer is 25.",
+    ),
+    (
+        "Each crate holds 6 melons. A truck carries 7 full crates. How many melons does the truck carry?",
+        "6 * 7 = 42. The answer is 42.",
+    ),
+    (
+        "A farmer picked 35 pears. He sold 12 pears at the market and gave 9 pears to a neighbour. "
+        "How many pears does the farmer have left?",
+        "35 - 12 - 9 = 14. The answer is 14.",
+    ),
+    (
+        "Omar gave 14 of his seashells to his cousin. Now he has 31 seashells. "
+        "How many seashells did Omar have before?",
+        "31 + 14 = 45. The answer is 45.",
+    ),
+    (
+        "A kiosk sold 125 newspapers on Saturday and 97 newspapers on Sunday. "
+        "How many more newspapers did it sell on Saturday than on Sunday?",
+        "125 - 97 = 28. The answer is 28.",
+    ),
+    (
+        "A ribbon is 9 metres long. Lena buys 5 such ribbons and uses 12 metres of them for a banner. "
+        "How many metres of ribbon does she have left?",
+        "9 * 5 - 12 = 33. The answer is 33.",
     ),
 )
 _UNIT_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
@@ -177,31 +209,31 @@ def math_prompt(question: str, chat: bool = True, system: str | None = None) -> 
     return messages + [{"role": "user", "content": text}]
 
 
-def fewshot_prompt(question: str) -> str:
-    """The plain two-shot prompt: ``Q: <example>\\nA: <equation> = <n>. The answer is <n>.`` twice, each followed by a
-    blank line, then ``Q: <question>\\nA:``."""
-    shots = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in FEWSHOT_EXAMPLES)
-    return f"{shots}Q: {question}\nA:"
+def fewshot_prompt(question: str, shots: int = 2) -> str:
+    """The plain few-shot prompt: ``Q: <example>\\nA: <equation> = <n>. The answer is <n>.`` for each of the first
+    ``shots`` worked examples, each followed by a blank line, then ``Q: <question>\\nA:``."""
+    examples = "".join(f"Q: {q}\nA: {a}\n\n" for q, a in FEWSHOT_EXAMPLES[:shots])
+    return f"{examples}Q: {question}\nA:"
 
 
 def check_format(task: str, format: str = "boxed", chat: bool | None = None, system: str | None = None) -> None:
-    """One-line ConfigError for an unknown ``format``, or chat options on the plain ``fewshot`` prompt."""
+    """One-line ConfigError for an unknown ``format``, or chat options on a plain few-shot prompt."""
     if format not in FORMATS:
         raise ConfigError(f"task {task!r}: format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if format == "fewshot" and (chat or system):
-        raise ConfigError(f"task {task!r}: format fewshot is a plain-text prompt; it takes no chat=True or system")
+    if format in FEWSHOT_SHOTS and (chat or system):
+        raise ConfigError(f"task {task!r}: format {format} is a plain-text prompt; it takes no chat=True or system")
 
 
 def make_prompt(question: str, format: str = "boxed", chat: bool | None = None, system: str | None = None) -> Any:
     """The prompt of one problem in ``format`` (:data:`FORMATS`; ``chat`` None: chat messages for ``boxed``)."""
-    if format == "fewshot":
-        return fewshot_prompt(question)
+    if format in FEWSHOT_SHOTS:
+        return fewshot_prompt(question, FEWSHOT_SHOTS[format])
     return math_prompt(question, True if chat is None else chat, system)
 
 
 def math_reward_settings(format: str = "boxed", **_: Any) -> dict[str, dict[str, Any]]:
-    """The reward settings a math task's ``format`` needs: ``fewshot`` answers are read after "The answer is"."""
-    return {"math_accuracy": {"extract": "answer_is"}} if format == "fewshot" else {}
+    """The reward settings a math task's ``format`` needs: few-shot answers are read after "The answer is"."""
+    return {"math_accuracy": {"extract": "answer_is"}} if format in FEWSHOT_SHOTS else {}
 
 
 # A few-shot completion ends with its line: each example's answer is one line, and after it the model writes the next
@@ -211,9 +243,9 @@ FEWSHOT_STOP = "\n"
 
 
 def math_stop_text(format: str = "boxed", **_: Any) -> str | None:
-    """The text that ends a completion in ``format``: a newline for ``fewshot`` (one-line answers), none for
-    ``boxed``."""
-    return FEWSHOT_STOP if format == "fewshot" else None
+    """The text that ends a completion in ``format``: a newline for the few-shot formats (one-line answers), none
+    for ``boxed``."""
+    return FEWSHOT_STOP if format in FEWSHOT_SHOTS else None
 
 
 def _resolve(source: MathSource, path: str | None) -> tuple[str, Path | str]:

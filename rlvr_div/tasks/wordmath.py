@@ -210,10 +210,10 @@ def build_wordmath(
     indices: Sequence[int] | None = None,
 ) -> datasets.Dataset:
     """Rows ``{prompt, question, answer, source, family}`` of ``split`` (``train``, ``validation`` or ``test``):
-    prompts in ``format`` (``fewshot`` by default; ``boxed`` takes ``chat`` and ``system``), only the rows at
-    positions ``indices`` of the split's fixed order if given (a filtered training pool, kept in that order), then
-    shuffled by ``seed`` if ``shuffle``, the first ``size`` if given. ``path``: a data root holding the SVAMP and
-    ASDiv files."""
+    prompts in ``format`` (``fewshot`` by default, ``fewshot8``, or ``boxed``, which takes ``chat`` and ``system``),
+    only the rows at positions ``indices`` of the split's fixed order if given (a filtered training pool, kept in that
+    order), then shuffled by ``seed`` if ``shuffle``, the first ``size`` if given. ``path``: a data root holding the
+    SVAMP and ASDiv files."""
     if split not in SPLITS:
         raise ConfigError(f"task {NAME!r} has splits {', '.join(SPLITS)}, not {split!r}")
     check_format(NAME, format, chat, system)
