@@ -442,6 +442,38 @@ def test_gemma_pilot4_the_fallback_chosen_on_32_problems_misses_the_floor_on_32_
     assert not (ROOT / "bench" / "real_math_gemma.yaml").exists()  # withdrawn, as the rule said
 
 
+def test_gemma_pilot5_eight_examples_meet_the_floor_only_with_the_fallback():
+    """Pilot 5 (fewshot8, problems 64-95): the answer line alone one correct sample short of 0.02, the same samples
+    with the last-number fallback above it, as the page says; the rule's second branch decides the design."""
+    alone, lenient = _pilot("gemma_fewshot8"), _pilot("gemma_fewshot8_lastnum")
+    assert [r["completions"] for r in alone] == [r["completions"] for r in lenient]  # scored again, not sampled
+    earlier = {r["prompt_text"].rsplit("Q: ", 1)[1] for name in ("gemma_cap80", "gemma_cap80_lastnum")
+               for r in _pilot(name)}  # fmt: skip
+    assert not earlier & {r["prompt_text"].rsplit("Q: ", 1)[1] for r in alone}  # problems no earlier pilot drew
+    assert all(r["prompt_text"].count("The answer is") == 8 for r in alone)
+    rows = []
+    for records in (alone, lenient):
+        point = {"n": 64, "c": [r["c"] for r in records]}
+        assert len(records) == 32 and {r["n"] for r in records} == {64}
+        completions = [c for r in records for c in r["completions"]]
+        line = 100 * sum(bool(re.search(r"the answer is", c, re.IGNORECASE)) for c in completions) / len(completions)
+        read = 100 * sum(a is not None for r in records for a in r["answers"]) / len(completions)
+        rows.append((sum(point["c"]), *(round(_mean_pass(point, k), 3) for k in (1, 8, 32, 64)),
+                     sum(c > 0 for c in point["c"]), round(line, 1), round(read, 1)))  # fmt: skip
+    assert rows == [(40, 0.02, 0.112, 0.236, 0.312, 10, 72.5, 71.5), (50, 0.024, 0.128, 0.249, 0.312, 10, 72.5, 97.5)]
+    assert 40 / 2048 < 0.02 <= 41 / 2048 and 50 / 2048 >= 0.02  # "one correct sample short of the floor"
+    assert round(0.3125 / (50 / 2048)) == 13  # "pass@64 13× pass@1"
+    words = _words()
+    assert "| answer line alone | 0.020 ± 0.008 (40 of 2,048) | 0.112 | 0.236 | 0.312 | 10 | 72.5% | 71.5% |" in words
+    assert (
+        "| with `fallback: last_number` | 0.024 ± 0.010 (50 of 2,048) | 0.128 | 0.249 | 0.312 | 10 | 72.5% | 97.5% |"
+        in words
+    )
+    assert "an answer line in 72.5% of completions, against 15.2% with two" in words
+    two = [c for name in ("gemma_cap80", "gemma_cap80_lastnum") for r in _pilot(name) for c in r["completions"]]
+    assert round(100 * sum(bool(re.search(r"the answer is", c, re.IGNORECASE)) for c in two) / len(two), 1) == 15.2
+
+
 def test_dph_seed2_both_seeds_lost_fewer_at_the_primary_and_nothing_is_supported():
     base = _grpo_seed1()[0]
     dph1, dph2, grpo1, grpo2 = _seed2("dph")
