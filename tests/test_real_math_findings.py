@@ -460,6 +460,28 @@ def test_grpo_seed3_repeats_its_answer_line_to_the_cap_and_three_grpo_seeds_diff
     assert "its seed 3: 0.074 and 0.350, 11.0 lost, 13.0 gained" in words
 
 
+def test_gemma_step_costs_as_the_page_says():
+    """The two Gemma GRPO steps (bench/results/step_breakdown/gemma_real_math_grpo_4micro*.json) and the table."""
+    runs = {}
+    for name in ("gemma_real_math_grpo_4micro", "gemma_real_math_grpo_4micro_project_trainer"):
+        data = json.loads((ROOT / "bench" / "results" / "step_breakdown" / f"{name}.json").read_text())
+        assert (
+            data["settings"]["per_device_train_batch_size"] == 8
+            and data["settings"]["gradient_accumulation_steps"] == 4
+        )
+        runs[name] = data["arms"]["grpo"]
+    stock, project = runs.values()
+    rows = [(round(r["wall"], 1), round(r["generation"], 1), round(r["forward_grad"], 1), round(r["backward"], 1),
+             round(r["memory"]["peak_rss_mib"])) for r in (stock, project)]  # fmt: skip
+    assert rows == [(251.9, 54.6, 76.3, 120.8, 11160), (34.2, 10.3, 13.0, 10.8, 4177)]
+    assert stock["tokens"]["prompt_tokens"] == project["tokens"]["prompt_tokens"] == 15200
+    assert round(stock["wall"] / project["wall"], 1) == 7.4 and round(60 * stock["wall"] / 3600, 1) == 4.2
+    words = _words()
+    assert "| stock TRL (`trainer: grpo`), the config's arm | 251.9 | 54.6 s | 76.3 s | 120.8 s | 11,160 MiB |" in words
+    assert "`rollout_sampler: rlvr_div` | 34.2 | 10.3 s | 13.0 s | 10.8 s | 4,177 MiB |" in words
+    assert "the config's 60 steps are 4.2 hours of training alone" in words and "the step is 7.4× shorter" in words
+
+
 def _pilot(name: str) -> list[dict]:
     path = ROOT / "bench" / "results" / "real_math" / "pilot" / name / "base" / "samples.jsonl"
     if not path.is_file():
