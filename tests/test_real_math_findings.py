@@ -39,6 +39,21 @@ def _grpo_seed1() -> tuple[dict, dict]:
     return json.loads((STUDY / "base.json").read_text()), json.loads(path.read_text())
 
 
+def _end_descriptives(run: dict) -> tuple:
+    """A run's descriptive lines on the page: its training reward over steps 1-20 / 21-40 / 41-60, distinct correct
+    solution lines per solved problem at the end, (tokens per completion, % cut at the cap) at the end, and GSM8K
+    (OOD) (pass@1, pass@8)."""
+    rewards = [r for _, r in run["train_reward"]]
+    end, ood = run["end"], run["ood"]
+    solved = [d for c, d in zip(end["c"], end["distinct_correct_completions"]) if c > 0]
+    return (
+        tuple(round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)),
+        round(sum(solved) / len(solved), 2),
+        (round(end["mean_completion_tokens"], 1), round(100 * end["truncated_fraction"], 1)),
+        (round(_mean_pass(ood, 1), 4), round(_mean_pass(ood, 8), 2)),
+    )
+
+
 def _words() -> str:
     return " ".join((DOCS.read_text() + (ROOT / "README.md").read_text()).split())
 
@@ -235,12 +250,7 @@ def test_dph_seed1_is_the_first_arm_the_registered_primary_reads_as_losing_fewer
     others = [c["differences"][c["seeds"].index(1)] for c in report if c["arm"] != "dph" and 1 in c["seeds"]]
     assert len(others) == 4 and all(m >= 0 for m in others) and all(m < 0 for m in mine)
     assert not any(c["supported"] for c in report)
-    rewards = [r for _, r in dph["train_reward"]]
-    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.087, 0.192, 0.239]
-    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
-    assert round(sum(solved) / len(solved), 2) == 3.03
-    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (29.1, 8.0)
-    assert (round(_mean_pass(dph["ood"], 1), 4), round(_mean_pass(dph["ood"], 8), 2)) == (0.0175, 0.12)
+    assert _end_descriptives(dph) == ((0.087, 0.192, 0.239), 3.03, (29.1, 8.0), (0.0175, 0.12))
     timing = json.loads((STUDY / "runs" / "dph" / "seed1" / "timing.json").read_text())["stages"]
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals)) == (4776, 2531)
@@ -277,12 +287,7 @@ def test_grpo_seed2_and_how_far_two_grpo_seeds_differ_where_the_primary_reads():
     report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
     remedies = [abs(c["differences"][c["seeds"].index(1)]) for c in report if 1 in c["seeds"]]  # seed 1's pairs
     assert len(remedies) == 6 and all(m <= 5 * max(map(abs, diffs)) for m in remedies)  # "that size or a few times it"
-    rewards = [r for _, r in grpo2["train_reward"]]
-    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.075, 0.169, 0.352]
-    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
-    assert round(sum(solved) / len(solved), 2) == 1.85
-    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (23.7, 2.9)
-    assert (round(_mean_pass(grpo2["ood"], 1), 4), round(_mean_pass(grpo2["ood"], 8), 2)) == (0.0175, 0.12)
+    assert _end_descriptives(grpo2) == ((0.075, 0.169, 0.352), 1.85, (23.7, 2.9), (0.0175, 0.12))
     timing = json.loads((STUDY / "runs" / "grpo" / "seed2" / "timing.json").read_text())["stages"]
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
@@ -311,12 +316,7 @@ def test_alpha_dpg_seed2_and_the_first_primary_with_two_seeds():
     levels = ((0.02, [0.1, -0.91], -0.41, -22.03, 21.22), (0.03, [2.85, -2.99], -0.07, -43.84, 43.7))
     _check_two_seed_primary("alpha_dpg", runs, b, levels)
     assert all(diffs[0] * diffs[1] < 0 for _, diffs, *_ in levels)  # "the two seeds point opposite ways"
-    rewards = [r for _, r in dpg2["train_reward"]]
-    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.07, 0.169, 0.316]
-    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
-    assert round(sum(solved) / len(solved), 2) == 2.61
-    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (25.7, 3.6)
-    assert (round(_mean_pass(dpg2["ood"], 1), 4), round(_mean_pass(dpg2["ood"], 8), 2)) == (0.0125, 0.08)
+    assert _end_descriptives(dpg2) == ((0.07, 0.169, 0.316), 2.61, (25.7, 3.6), (0.0125, 0.08))
     timing = json.loads((STUDY / "runs" / "alpha_dpg" / "seed2" / "timing.json").read_text())["stages"]
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
@@ -350,12 +350,7 @@ def test_forward_kl_seed2_and_its_two_seeds_at_the_primary():
     levels = ((0.02, [4.65, -0.87], 1.89, -41.21, 44.99), (0.03, [3.21, -3.02], 0.1, -47.15, 47.34))
     _check_two_seed_primary("forward_kl", runs, b, levels)
     assert all(diffs[0] > 0 > diffs[1] for _, diffs, *_ in levels)  # "the second seed reversed the first's sign"
-    rewards = [r for _, r in fkl2["train_reward"]]
-    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.075, 0.191, 0.331]
-    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
-    assert round(sum(solved) / len(solved), 2) == 3.08
-    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (24.7, 2.6)
-    assert (round(_mean_pass(fkl2["ood"], 1), 4), round(_mean_pass(fkl2["ood"], 8), 2)) == (0.01, 0.08)
+    assert _end_descriptives(fkl2) == ((0.075, 0.191, 0.331), 3.08, (24.7, 2.6), (0.01, 0.08))
     timing = json.loads((STUDY / "runs" / "forward_kl" / "seed2" / "timing.json").read_text())["stages"]
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
@@ -568,12 +563,7 @@ def test_dph_seed2_both_seeds_lost_fewer_at_the_primary_and_nothing_is_supported
     report = [c for c in json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"] if c["arm"] == "dph"]
     halves = sorted(round((c["hi"] - c["lo"]) / 2) for c in report)
     assert halves == [22, 26]  # "about ±22 to ±26"
-    rewards = [r for _, r in dph2["train_reward"]]
-    assert [round(sum(rewards[i : i + 20]) / 20, 3) for i in (0, 20, 40)] == [0.058, 0.131, 0.283]
-    solved = [d for c, d in zip(e["c"], e["distinct_correct_completions"]) if c > 0]
-    assert round(sum(solved) / len(solved), 2) == 3.1
-    assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (27.3, 6.8)
-    assert (round(_mean_pass(dph2["ood"], 1), 4), round(_mean_pass(dph2["ood"], 8), 2)) == (0.025, 0.14)
+    assert _end_descriptives(dph2) == ((0.058, 0.131, 0.283), 3.1, (27.3, 6.8), (0.025, 0.14))
     timing = json.loads((STUDY / "runs" / "dph" / "seed2" / "timing.json").read_text())["stages"]
     evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
     assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
