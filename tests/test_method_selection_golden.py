@@ -49,12 +49,12 @@ def selections(runs: list[str] | None = None) -> dict[str, dict[str, object]]:
         out[resolved] = _selected(["--config", str(ROOT / resolved)])
     study = load_study(ROOT / "bench" / "real_math.yaml", check_inputs=False)
     for arm in study.arms:
-        argv = train_argv(study, arm, 1, "/tmp/run", [0, 1], "/tmp/rehearsal", resume=False)
+        argv = train_argv(study, arm, 1, "/tmp/run", [0, 1], "/tmp/rehearsal", resume=False, resolve_model=False)
         out[f"bench/real_math.yaml:{arm.name}"] = _selected(argv)
     return out
 
 
-def test_every_recipe_run_and_study_arm_selects_the_recorded_methods() -> None:
+def test_every_recipe_run_and_study_arm_selects_the_recorded_methods(no_model_packages: None) -> None:
     """Recipes and study arms as recorded, no more and no fewer; the recorded runs (a run committed later, or one a
     study is writing, is not in the record) each still there, selecting what they did."""
     recorded = json.loads(RECORD.read_text())

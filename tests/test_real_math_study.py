@@ -334,9 +334,10 @@ def test_the_verifier_settings_reach_training_and_every_evaluation(tmp_path: Pat
     assert ("eval", "filter") in redone.calls and ("eval", "base") in redone.calls
 
 
-def test_the_committed_study_reuses_its_pool_base_and_runs(tmp_path: Path) -> None:
+def test_the_committed_study_reuses_its_pool_base_and_runs(tmp_path: Path, no_model_packages: None) -> None:
     """A change to the driver must not make the committed study sample its base or pool again, nor refuse its runs
-    (on a copy of its committed files: a failing check writes nothing into the checkout)."""
+    (on a copy of its committed files: a failing check writes nothing into the checkout), with no model package
+    installed (a fresh clone)."""
     committed = ROOT / "bench" / "results" / "real_math" / "smollm2"
     out = tmp_path / "smollm2"
     for path in [committed / "train_filter.json", committed / BASE, *committed.glob("runs/*/seed*/identity.json")]:
