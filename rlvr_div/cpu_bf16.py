@@ -4,6 +4,11 @@ Native means AMX tiles (``amx_bf16``) or AVX-512 BF16 (``avx512_bf16``) among th
 bfloat16 matrix products at several times the float32 rate. Without them (AVX2 machines, many AMD EPYCs) torch
 emulates bfloat16 by converting to float32 and back, which costs more than it saves. The flags are read from
 ``/proc/cpuinfo`` (Linux); elsewhere, or when it cannot be read, the answer is False (float32, never slower).
+
+The flags are not enough: torch must also run its AVX-512 kernels (``torch.backends.cpu.get_cpu_capability()``
+``AVX512``). With ``ATEN_CPU_CAPABILITY=default`` or ``avx2`` on an AMX machine, torch's bfloat16 attention packs
+for AMX/AVX-512 all the same and raises ("pack_vnni2 is only supported when avx512 is supported"), so there the
+answer is False too.
 """
 
 from __future__ import annotations
@@ -31,15 +36,26 @@ def _parse(cpuinfo: str) -> frozenset[str]:
     return frozenset()
 
 
+def kernel_capability() -> str:
+    """The instruction set torch's CPU kernels run with (``AVX512``, ``AVX2``, ``DEFAULT``, ...): the CPU's best,
+    or less when ``ATEN_CPU_CAPABILITY`` says so."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 @functools.cache
 def native_bf16() -> bool:
-    """Whether this CPU has AMX or AVX-512 BF16 (:data:`NATIVE_BF16_FLAGS`)."""
-    return bool(cpu_flags() & set(NATIVE_BF16_FLAGS))
+    """Whether this CPU has AMX or AVX-512 BF16 (:data:`NATIVE_BF16_FLAGS`) and torch runs its AVX-512 kernels."""
+    return bool(cpu_flags() & set(NATIVE_BF16_FLAGS)) and kernel_capability() == "AVX512"
 
 
 def describe() -> str:
-    """One line for a run's start: which bfloat16 support this CPU has."""
+    """One line for a run's start: which bfloat16 support this CPU has, and whether torch uses it."""
     found = sorted(cpu_flags() & set(NATIVE_BF16_FLAGS))
-    if found:
-        return f"CPU with native bfloat16 ({', '.join(found)})"
-    return "CPU without native bfloat16 (no amx_bf16 / avx512_bf16)"
+    if not found:
+        return "CPU without native bfloat16 (no amx_bf16 / avx512_bf16)"
+    if kernel_capability() != "AVX512":
+        return (f"CPU with native bfloat16 ({', '.join(found)}), unused: torch's kernels run at "
+                f"{kernel_capability()} (ATEN_CPU_CAPABILITY), not AVX512")  # fmt: skip
+    return f"CPU with native bfloat16 ({', '.join(found)})"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from rlvr_div.cpu_bf16 import cpu_flags, describe, native_bf16
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\nprocessor\t: 1\nflags\t\t: fpu\n"
@@ -13,12 +17,27 @@ def test_the_flags_of_the_first_cpu_are_read():
     assert cpu_flags("no flags line") == frozenset()
 
 
-def test_native_bf16_follows_the_flags(monkeypatch):
+def test_native_bf16_follows_the_flags_and_torchs_kernels(monkeypatch):
+    """Native only with the flags and torch's AVX-512 kernels: an AMX machine under ``ATEN_CPU_CAPABILITY=default``
+    (the second pass of .ci/run) raises in bfloat16 attention, so it is not native there."""
     import rlvr_div.cpu_bf16 as mod
 
-    for text, expected in ((AVX2, False), (AMX, True)):
+    cases = [(AVX2, "AVX2", False, "CPU without native bfloat16"),
+             (AMX, "AVX512", True, "CPU with native bfloat16 ("),
+             (AMX, "DEFAULT", False, "unused: torch's kernels run at DEFAULT"),
+             (AMX, "AVX2", False, "run at AVX2")]  # fmt: skip
+    for text, capability, expected, words in cases:
         monkeypatch.setattr(mod, "cpu_flags", lambda cpuinfo=None, t=text: mod._parse(t))
+        monkeypatch.setattr(mod, "kernel_capability", lambda c=capability: c)
         native_bf16.cache_clear()
         assert native_bf16() is expected
-        assert describe().startswith("CPU with native bfloat16" if expected else "CPU without native bfloat16")
+        assert words in describe()
     native_bf16.cache_clear()
+
+
+def test_torchs_default_kernels_are_never_native_whatever_the_cpu():
+    """In a process whose torch runs ATEN_CPU_CAPABILITY=default kernels, on any machine: not native."""
+    code = "from rlvr_div.cpu_bf16 import kernel_capability, native_bf16; print(kernel_capability(), native_bf16())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["DEFAULT", "False"]
