@@ -22,6 +22,7 @@ def _load(name: str):  # noqa: ANN202
 
 def test_every_script_has_a_smoke_mode():
     assert SCRIPTS == [
+        "bench_bf16_sampling_check.py",
         "bench_divergence_step.py",
         "bench_dph_step.py",
         "bench_exact_measure.py",
@@ -51,6 +52,8 @@ EXTRA = {
 def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys, tmp_path):
     record = tmp_path / "result.json"
     extra = ["--json", str(record)] if name == "bench_real_lm_step.py" else EXTRA.get(name, [])
+    if name == "bench_bf16_sampling_check.py":  # its two evaluations go to a temporary directory
+        extra = ["--out", str(tmp_path / "runs"), "--json", str(record)]
     _load(name).main(["--smoke", *extra])
     out = capsys.readouterr().out
     assert out.strip(), f"{name} printed nothing"
@@ -60,6 +63,11 @@ def test_bench_script_runs_in_smoke_mode(name, tiny_path, capsys, tmp_path):
         saved = json.loads(record.read_text())
         assert saved["command"].endswith("--smoke --json " + str(record)) and saved["commit"]
         assert set(saved["arms"]) == {"grpo", "alpha_dpg"}
+    if name == "bench_bf16_sampling_check.py":  # float32 twice where bfloat16 is not native: identical, TV 0
+        saved = json.loads(record.read_text())
+        assert saved["problems"] == 4 and saved["n"] == 2 and saved["token_tv"]["tokens"] > 0
+        if saved["second_dtype"] == "float32":
+            assert saved["identical_completions"] == 1.0 and saved["token_tv"]["max"] == 0.0
 
 
 def test_step_breakdown_variants_parse_names_and_yaml_values():
