@@ -218,11 +218,12 @@ def test_worst_case_search_is_bounded_by_its_budget(caplog: pytest.LogCaptureFix
     assert differences(u) == differences(v)
     assert not results_match(_cyclic_shifts(v, width, 1), _cyclic_shifts(u, width, 1), False, budget=10**12)  # exact
     gold, pred = _cyclic_shifts(u, width, 800), _cyclic_shifts(v, width, 800)
-    t0 = time.perf_counter()
+    # this process's CPU time: other jobs on the machine do not count (wall time did: 3.7 s beside a training run)
+    t0 = time.process_time()
     with caplog.at_level(logging.WARNING, logger=sql_results.__name__):
         assert not results_match(pred, gold, ordered=False)
     assert "column permutation search stopped" in caplog.text  # the default budget ran out ...
-    assert time.perf_counter() - t0 < 3.0  # ... within a bounded time (0.5-0.7 s measured on 2 loaded cores)
+    assert time.process_time() - t0 < 3.0  # ... within a bounded time (0.5-0.7 s measured on 2 loaded cores)
 
 
 def test_partial_credit_ignores_column_order_when_any_order_is_allowed() -> None:
