@@ -73,6 +73,11 @@ BASE_NAME = "base"
 # --------------------------------------------------------------------------------------------- the driver
 
 
+# every evaluation of a study draws in float32, on any machine (eval's ``--dtype auto`` takes bfloat16 on a CPU with
+# native bfloat16): the runs of one study are compared with each other, and a study spans machines
+EVAL_DTYPE = "float32"
+
+
 class Driver:
     """The study in ``out``: its stages, run by ``executor`` (``subprocess_executor`` unless given)."""
 
@@ -87,7 +92,7 @@ class Driver:
         e = self.study.eval
         argv = ["--model", model, "--task", task, "--split", split, "--n", str(n),
                 "--temperature", repr(sampling["temperature"]), "--top-p", repr(sampling["top_p"]),
-                "--max-new-tokens", str(sampling["max_new_tokens"]), "--seed", str(e.seed),
+                "--max-new-tokens", str(sampling["max_new_tokens"]), "--seed", str(e.seed), "--dtype", EVAL_DTYPE,
                 "--output-dir", str(out_dir), "--quiet"]  # fmt: skip
         for key, value in options.items():
             argv += ["--task-arg", f"{key}={json.dumps(value)}"]
@@ -111,6 +116,7 @@ class Driver:
         out_dir = where / "eval" / stage
         expected = self._settings(task, options, split, limit, n, sampling)
         expected["reward_settings"] = self._reward_settings(task, options)
+        expected["dtype"] = EVAL_DTYPE  # (the pool's and base's records predate the key: it is not in _settings)
         if not eval_done(out_dir, name, expected):
             argv = self._eval_argv(f"{name}={model_path}", out_dir, task, options, split, limit, n, sampling, gguf)
             with timing.stage(stage):

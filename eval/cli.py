@@ -99,7 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a completion ends with the first token holding this text (default 'task': the task's own, e.g. a "
         "newline for format=fewshot; 'none': only EOS)",
     )
-    ap.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (a resumed model's own; else bfloat16 on a GPU, or on a CPU with native bfloat16, AMX or "
+        "AVX-512 BF16; else float32), float32, bfloat16. Only the forward: tokens are drawn from float32 logits",
+    )
     ap.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda when available)")
     ap.add_argument(
         "--threads",
@@ -174,12 +179,25 @@ def _prepare(args: argparse.Namespace) -> Any:
     )
 
 
+def sampling_path(settings: Any) -> str:
+    """One line: the model, its dtype and device, and on a CPU its bfloat16 support (``rlvr_div.cpu_bf16``)."""
+    line = f"{settings.model}: sampling in {settings.dtype} on {settings.device}"
+    if settings.device == "cpu":
+        from rlvr_div.cpu_bf16 import describe
+
+        line += f" ({describe()})"
+    return line
+
+
 def _evaluate(args: argparse.Namespace, job: Any) -> int:
     """Sample or score, report; ``--output-dir``'s lock is held."""
     from eval.runner import run
     from rlvr_div.rewards.math import set_quiet
 
     was_quiet = set_quiet(True) if args.quiet else None  # --quiet: no math-verify timeout lines either
+    if not args.quiet:
+        for ref in job.models:  # which path it samples on, in one line
+            print(sampling_path(job.settings[ref.name]))
     try:
         results = run(job, progress=not args.quiet, lm_eval_log=args.lm_eval_log)
     finally:

@@ -33,6 +33,17 @@ def check_resume(out_dir: Path, settings: EvalSettings) -> None:
             )
 
 
+def recorded_dtype(out_dir: Path) -> str | None:
+    """The dtype the samples in ``out_dir`` were drawn in (its ``config.json``), or None where none were."""
+    path = out_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text()).get("dtype")
+    except (json.JSONDecodeError, AttributeError):
+        return None  # check_resume reports an unreadable config
+
+
 def check_not_sampled(out_dir: Path, name: str) -> None:
     """Fail in one line when ``out_dir`` holds samples a model made there (its ``config.json``): scoring
     ``--samples NAME=...`` into it would replace them (the reverse of :func:`check_resume` refusing to sample into a

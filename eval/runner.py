@@ -41,6 +41,7 @@ from eval.resume import (
     check_not_sampled,
     check_resume,
     fingerprint,
+    recorded_dtype,
     start_over,
 )
 from eval.scoring import score_problem
@@ -329,12 +330,14 @@ def prepare(
     device = device or default_device()
     if refs:
         check_device(device)
-    resolved_dtype = resolve_dtype(dtype, device)
     out = Path(output_dir)
     per_model: dict[str, EvalSettings] = {}
     for ref_name, model, adapter in [(r.name, r.model, r.adapter) for r in refs] + [
         (s.name, s.given, None) for s in sources
     ]:
+        sampled = any(r.name == ref_name for r in refs)
+        # auto: a resumed model keeps the dtype its samples were drawn in
+        resolved_dtype = resolve_dtype(dtype, device, recorded_dtype(out / ref_name) if sampled and not fresh else None)
         s = EvalSettings(
             model=model,
             adapter=adapter,
@@ -349,7 +352,6 @@ def prepare(
         s.sampling()  # validates n, temperature, top_p, …
         if s.threads is not None and s.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {s.threads}")
-        sampled = any(r.name == ref_name for r in refs)
         if dataset is not None and sampled:  # a model to sample: can it be held?
             check_sampling_memory(s, len(dataset) if limit is None else min(limit, len(dataset)))
         if not fresh and sampled:

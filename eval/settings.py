@@ -185,16 +185,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` → bfloat16 on a GPU that supports it, else float32."""
+def resolve_dtype(dtype: str, device: str, recorded: str | None = None) -> str:
+    """``auto`` → ``recorded`` (the dtype of the samples already in the model's output directory: a resumed
+    evaluation keeps it, on any machine), else bfloat16 on a GPU that supports it or on a CPU that computes it
+    natively (:func:`rlvr_div.cpu_bf16.native_bf16`: AMX or AVX-512 BF16, with torch's AVX-512 kernels), else
+    float32. Only the model's forward runs in bfloat16: the sampler draws from float32 logits
+    (``bench/bench_bf16_sampling_check.py`` measures the difference)."""
     if dtype != "auto":
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
         return dtype
+    if recorded in ("float32", "bfloat16"):
+        return recorded
     import torch
 
     if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
         return "bfloat16"
+    if device == "cpu":
+        from rlvr_div.cpu_bf16 import native_bf16
+
+        if native_bf16():
+            return "bfloat16"
     return "float32"
 
 

@@ -143,6 +143,38 @@ def test_rerun_with_other_settings_fails_and_same_settings_resume(two_model_run,
     assert (two_model_run / "base" / "samples.jsonl").read_bytes() == before
 
 
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it_and_a_resumed_model_keeps_its_own(monkeypatch):
+    import rlvr_div.cpu_bf16 as cpu_bf16
+    from eval.settings import resolve_dtype
+
+    for native, fresh in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(cpu_bf16, "native_bf16", lambda n=native: n)
+        assert resolve_dtype("auto", "cpu") == fresh
+        assert resolve_dtype("auto", "cpu", recorded="float32") == "float32"
+        assert resolve_dtype("auto", "cpu", recorded="bfloat16") == "bfloat16"
+        assert resolve_dtype("float32", "cpu", recorded="bfloat16") == "float32"  # given: check_resume then refuses
+
+
+def test_a_float32_evaluation_resumes_under_auto_dtype_on_a_cpu_with_native_bfloat16(two_model_run, tiny_path, capsys,
+                                                                                    monkeypatch):  # fmt: skip
+    """Samples drawn in float32 (the machine, or the default, of their first run) are continued in float32: a
+    resumed evaluation keeps its dtype, on any machine, unless --dtype says otherwise (then one line)."""
+    import rlvr_div.cpu_bf16 as cpu_bf16
+
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: True)
+    base = two_model_run / "base"
+    config = json.loads((base / "config.json").read_text())
+    before = (base / "samples.jsonl").read_bytes()
+    (base / "config.json").write_text(json.dumps({**config, "dtype": "float32"}))
+    try:
+        args = ["eval", "--model", f"base={tiny_path}", *SMALL, "--output-dir", str(two_model_run)]
+        assert cli_main([*args, "--dtype", "bfloat16"]) == 2
+        assert "dtype='float32' but this run has dtype='bfloat16'" in capsys.readouterr().err
+        assert cli_main(args) == 0 and (base / "samples.jsonl").read_bytes() == before  # nothing resampled
+    finally:
+        (base / "config.json").write_text(json.dumps(config))
+
+
 def _records(path: Path) -> dict[int, dict]:
     return read_samples(path / "samples.jsonl")
 

@@ -265,7 +265,8 @@ class FakeRlvr:
         cfg = {"task": _flag(argv, "task"), "split": _flag(argv, "split"), "task_options": options,
                "limit": None if limit is None else int(limit), "n": n, "temperature": float(_flag(argv, "temperature")),
                "top_p": float(_flag(argv, "top-p")), "max_new_tokens": int(_flag(argv, "max-new-tokens")),
-               "seed": int(_flag(argv, "seed")), "reward_settings": reward}  # fmt: skip
+               "seed": int(_flag(argv, "seed")), "dtype": _flag(argv, "dtype") or "auto",
+               "reward_settings": reward}  # fmt: skip
         (out / name / "results.json").write_text(json.dumps({"config": cfg}))
 
 
@@ -376,6 +377,22 @@ def test_a_kill_at_any_stage_resumes_where_it_stopped(tmp_path: Path, no_preflig
         stages = json.loads((tmp_path / "out" / "runs" / EXPECTED[kill_at][1] / "timing.json").read_text())
         assert stages["stages"]["train"]["interrupted"] == 1 and stages["stages"]["train"]["attempts"] == 1
     assert all(a[-1] != "--resume_from_checkpoint=true" for a in first.argvs if a[0] == "--config")
+
+
+def test_every_evaluation_draws_in_float32_not_another_dtype(tmp_path: Path, no_preflight: None) -> None:
+    """On any CPU (eval's auto takes bfloat16 where it is native): float32 in every evaluation's arguments, and in an
+    unfinished run a finished evaluation recorded in another dtype is done again."""
+    study = _filter_study(tmp_path)
+    first = FakeRlvr()
+    Driver(study, tmp_path / "out", first).run()
+    assert {_flag(a, "dtype") for a in first.argvs if a[0] == "--model"} == {"float32"}
+    end = tmp_path / "out" / "runs" / "grpo" / "seed2" / "eval" / "end" / "model" / "results.json"
+    results = json.loads(end.read_text())
+    end.write_text(json.dumps({"config": {**results["config"], "dtype": "bfloat16"}}))
+    (end.parents[3] / "result.json").unlink()  # the run unfinished again
+    second = FakeRlvr()
+    Driver(study, tmp_path / "out", second).run()
+    assert second.calls == [("eval", "grpo/seed2/end")]
 
 
 def test_another_protocol_is_evaluated_for_the_base_and_each_end_point(tmp_path: Path, no_preflight: None) -> None:
