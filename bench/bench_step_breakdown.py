@@ -81,6 +81,7 @@ class _Timers:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.samples = 0
+        self.longest = 0  # the step's longest completion, in tokens (the padded length of its loss forwards)
 
     def timed(self, phase: Any, fn: Any) -> Any:
         """``fn`` with its wall time added to ``phase`` (a name, or a function of nothing giving one), and the rise of
@@ -125,6 +126,7 @@ def _install(timers: _Timers) -> Any:
             timers.prompt_tokens += sum(len(p) for p in prompt_ids)  # one row per sample (prompts repeated G times)
             timers.completion_tokens += sum(len(c) for c in out[0])
             timers.samples += len(out[0])
+            timers.longest = max([timers.longest, *(len(c) for c in out[0])])
             return out
 
         return counted_generate
@@ -152,7 +154,7 @@ def _install(timers: _Timers) -> Any:
         def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
             row = {"step": state.global_step, "wall": time.perf_counter() - self.step_start, **timers.seconds,
                    "prompt_tokens": timers.prompt_tokens, "completion_tokens": timers.completion_tokens,
-                   "samples": timers.samples, "calls": dict(timers.calls),
+                   "samples": timers.samples, "longest_completion": timers.longest, "calls": dict(timers.calls),
                    "raised_mib": dict(timers.raised)}  # fmt: skip
             self.rows.append(row)
             timers.reset()
@@ -283,11 +285,19 @@ def memory_report(name: str, result: dict[str, Any]) -> dict[str, Any]:
     print(f"\n{name}: peak RSS {memory['peak_rss_mib']:.0f} MiB, {memory['rss_built_mib']:.0f} MiB once the trainer "
           f"was built (+{memory['peak_rss_mib'] - memory['rss_built_mib']:.0f} MiB in {len(rows)} steps); "
           f"{tokens['samples']:.0f} samples, {tokens['prompt_tokens']:.0f} prompt + {tokens['completion_tokens']:.0f} "
-          f"completion tokens per step (median; most per sample in a step: {longest:.1f})")  # fmt: skip
+          f"completion tokens per step (median; most per sample in a step: {longest:.1f}; longest completion: "
+          f"{', '.join(str(r.get('longest_completion')) for r in rows)} tokens by step)")  # fmt: skip
     raised = {k: sum(r.get("raised_mib", {}).get(k, 0.0) for r in rows) for k in PHASES[:-1]}
     print("  the peak rose by " + ", ".join(f"{v:.0f} MiB in {k}" for k, v in raised.items() if v >= 1)
           + " (the rest before the first step or between these calls)")  # fmt: skip
-    return {"steps": len(rows), "memory": memory, "tokens": tokens, "shape": result["shape"], "raised_mib": raised}
+    return {
+        "steps": len(rows),
+        "memory": memory,
+        "tokens": tokens,
+        "shape": result["shape"],
+        "raised_mib": raised,
+        "longest_completion": [r.get("longest_completion") for r in rows],
+    }
 
 
 def report(name: str, result: dict[str, Any], trained_blocks: int, flops: float) -> dict[str, Any]:

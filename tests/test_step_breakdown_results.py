@@ -1,5 +1,6 @@
 """The rollout and shared-prompt timings in docs/benchmarks*.md and docs/recipes.md, recomputed from the committed
-bench result (bench/results/step_breakdown/rollouts_smollm2.json, its command in the file)."""
+bench result (bench/results/step_breakdown/rollouts_smollm2.json, its command in the file), and the loop's memory at
+dropout 0.05 (rollouts_smollm2_memory*.json)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def test_rollout_and_shared_prompt_timings_as_the_docs_say():
         "The loop at dropout 0.05 peaked at 8,069 MiB",
     ):
         assert text in words, text
+
+
+def test_the_loops_memory_at_dropout_as_the_page_says():
+    """bench/results/step_breakdown/rollouts_smollm2_memory*.json: two runs of the same two variants whose peaks swap
+    (docs/benchmarks_details.md, "The loop's memory at dropout 0.05, by phase")."""
+    rows = []
+    for name in ("rollouts_smollm2_memory_first", "rollouts_smollm2_memory"):
+        arms = json.loads((RESULT.parent / f"{name}.json").read_text())["arms"]
+        for variant in ("trl", "loop"):
+            a = arms[f"alpha_dpg@{variant}"]
+            rows.append((round(a["memory"]["peak_rss_mib"]), round(a["raised_mib"]["generation"]),
+                         round(a["raised_mib"]["forward_grad"]), a["tokens"]["completion_tokens"]))  # fmt: skip
+    assert rows == [(6067, 1222, 4188, 1175.5), (7790, 1113, 6021, 1276.5),
+                    (7649, 888, 6099, 1175.5), (6149, 1133, 4359, 1276.5)]  # fmt: skip
+    assert rows[0][0] < rows[1][0] and rows[2][0] > rows[3][0]  # the two runs disagree in opposite directions
+    words = " ".join((ROOT / "docs" / "benchmarks_details.md").read_text().split())
+    assert "| second | `loop` | 6,149 MiB | 1,133 MiB | 4,359 MiB | 80, 80 |" in words
+    assert "| first | `loop` | 7,790 MiB | 1,113 MiB | 6,021 MiB | – |" in words
