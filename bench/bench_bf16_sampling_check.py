@@ -6,9 +6,11 @@ coupled and differ only where the two dtypes' distributions differ. The logits a
 temperature, top-p and the draw in both, so only the model's forward runs in bfloat16. Measured:
 
 1. **Token-level total variation.** Each of the first ``--tv-problems`` problems' float32 completions is read back
-   (teacher forcing) by the float32 and the bfloat16 model. At every completion token,
-   TV = ½ Σ_v |p₃₂(v) − p₁₆(v)| between the two sampling distributions (softmax of logits / T, top-p applied);
-   reported: mean, 99th percentile and max over tokens.
+   (teacher forcing, one unpadded sequence at a time, no KV cache) by the float32 and the bfloat16 model. At every
+   completion token, TV = ½ Σ_v |p₃₂(v) − p₁₆(v)| between the two sampling distributions (softmax of logits / T,
+   top-p applied); reported: mean, 99th percentile and max over tokens. A completion that ended at EOS gets it back
+   after its text; one whose text still does not encode back to as many tokens as were sampled is left out, and
+   counted.
 2. **pass@k on the held-out problems.** Per problem, the paired difference bf16 − fp32 of pass@1 (c/n) and of pass@n
    (solved at least once), with its t-interval over problems; the share of completions that are identical (same
    uniforms, same token picks) in the two runs.
@@ -55,15 +57,24 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> to
 
 
 def completion_tvs(models: dict[str, Any], tokenizer: Any, rows: list[dict[str, Any]], temperature: float,
-                   top_p: float) -> list[float]:  # fmt: skip
+                   top_p: float) -> tuple[list[float], int]:  # fmt: skip
     """TV between the float32 and bfloat16 models' sampling distributions at every completion token of ``rows``
-    (each a samples.jsonl line: its prompt text and completions), one (prompt, completion) pair at a time."""
+    (each a samples.jsonl line: its prompt and completions), one (prompt, completion) pair at a time, unpadded and
+    without a KV cache (the sampler decodes in batches with one); and how many completions were left out because
+    their text does not encode back to as many tokens as were sampled (with the tokenizer's EOS after the text where
+    one token is missing: a completion that ended at EOS, which its text drops)."""
+    from rlvr_div.sampling import encode_prompt
+
     tvs: list[float] = []
+    skipped = 0
     for row in rows:
-        prompt = tokenizer(row["prompt_text"], add_special_tokens=False)["input_ids"]
-        for completion in row["completions"]:
+        prompt = encode_prompt(tokenizer, row["prompt"])  # as eval encodes it (plain text: with BOS, if any)
+        for completion, sampled in zip(row["completions"], row["num_tokens"]):
             tokens = tokenizer(completion, add_special_tokens=False)["input_ids"]
-            if not tokens:
+            if len(tokens) == sampled - 1 and tokenizer.eos_token_id is not None:
+                tokens.append(tokenizer.eos_token_id)  # it ended at EOS, which the text drops: that step counts too
+            if not tokens or len(tokens) != sampled:
+                skipped += 1
                 continue
             ids = torch.tensor([prompt + tokens])
             probs = {}
@@ -72,7 +83,7 @@ def completion_tvs(models: dict[str, Any], tokenizer: Any, rows: list[dict[str, 
                     logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # the positions predicting tokens
                     probs[name] = sampling_probs(logits, temperature, top_p)
             tvs.extend((0.5 * (probs["float32"] - probs["bfloat16"]).abs().sum(-1)).tolist())
-    return tvs
+    return tvs, skipped
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -141,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--smoke", action="store_true", help="tiny base, arith, 4 problems x 2 samples of 8 tokens")
     args = ap.parse_args(argv)
+    if args.temperature <= 0:
+        ap.error("--temperature must be > 0: at T = 0 both runs are greedy and there is no distribution to compare")
     from rlvr_div.cpu_bf16 import describe, native_bf16
     from rlvr_div.models import load_model, load_tokenizer
 
@@ -162,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     models = {label: load_model(args.model, args.gguf_file, dtype=dtype).eval()
               for label, dtype in (("float32", "float32"), ("bfloat16", second))}  # fmt: skip
     rows = [runs["float32"][i] for i in sorted(runs["float32"])[: args.tv_problems]]
-    tvs = completion_tvs(models, tokenizer, rows, args.temperature, args.top_p)
+    tvs, skipped = completion_tvs(models, tokenizer, rows, args.temperature, args.top_p)
+    if not tvs:
+        raise SystemExit("no completion token to compare (every completion empty or re-encoded to other tokens)")
     result["token_tv"] = {"tokens": len(tvs), "mean": sum(tvs) / len(tvs), "p99": quantile(tvs, 0.99),
-                          "max": max(tvs)}  # fmt: skip
+                          "max": max(tvs), "completions_left_out": skipped}  # fmt: skip
     result.update(cpu=describe(), second_dtype=second, threads=torch.get_num_threads(), command=sys.argv,
                   settings={k: v for k, v in vars(args).items() if k not in ("json", "out")})  # fmt: skip
     n = result["n"]
@@ -174,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key}: float32 {result[key]['float32']:.4f}, {second} {result[key]['bfloat16']:.4f}, "
               f"difference {d['mean']:+.4f}{half} (95%, {result['problems']} problems)")  # fmt: skip
     tv = result["token_tv"]
-    print(f"identical completions: {result['identical_completions']:.1%}; token TV over {tv['tokens']} tokens: "
-          f"mean {tv['mean']:.2e}, p99 {tv['p99']:.2e}, max {tv['max']:.2e}")  # fmt: skip
+    print(f"identical completions: {result['identical_completions']:.1%}; token TV over {tv['tokens']} tokens "
+          f"({skipped} completions left out): mean {tv['mean']:.2e}, p99 {tv['p99']:.2e}, "
+          f"max {tv['max']:.2e}")  # fmt: skip
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

@@ -57,6 +57,7 @@ from collapse_bench.real_math_stages import (
     train_rewards,
 )
 from eval.records import SAMPLES_FILE, write_json
+from eval.resume import recorded_dtype
 from rlvr_div.errors import ConfigError
 from rlvr_div.run_dir import checkpoint_step, checkpoints, earlier_run
 from rlvr_div.runs.run_lock import directory_lock
@@ -119,6 +120,8 @@ class Driver:
         expected["dtype"] = EVAL_DTYPE  # (the pool's and base's records predate the key: it is not in _settings)
         if not eval_done(out_dir, name, expected):
             argv = self._eval_argv(f"{name}={model_path}", out_dir, task, options, split, limit, n, sampling, gguf)
+            if recorded_dtype(out_dir / name) not in (None, EVAL_DTYPE):
+                argv.append("--fresh")  # samples drawn in another dtype are not continued in this one
             with timing.stage(stage):
                 self.executor("eval", argv, where / "logs" / f"{stage}.log")
         return problem_counts(out_dir / name / SAMPLES_FILE)

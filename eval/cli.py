@@ -179,13 +179,15 @@ def _prepare(args: argparse.Namespace) -> Any:
     )
 
 
-def sampling_path(settings: Any) -> str:
-    """One line: the model, its dtype and device, and on a CPU its bfloat16 support (``rlvr_div.cpu_bf16``)."""
-    line = f"{settings.model}: sampling in {settings.dtype} on {settings.device}"
+def sampling_path(settings: Any, dtype_given: bool) -> str:
+    """One line: the model, its dtype (and why: given, or ``auto``'s choice) and device, and on a CPU its bfloat16
+    support (``rlvr_div.cpu_bf16``)."""
+    why = "--dtype" if dtype_given else "--dtype auto"
+    line = f"{settings.model}: sampling in {settings.dtype} ({why}) on {settings.device}"
     if settings.device == "cpu":
         from rlvr_div.cpu_bf16 import describe
 
-        line += f" ({describe()})"
+        line += f"; {describe()}"
     return line
 
 
@@ -197,7 +199,7 @@ def _evaluate(args: argparse.Namespace, job: Any) -> int:
     was_quiet = set_quiet(True) if args.quiet else None  # --quiet: no math-verify timeout lines either
     if not args.quiet:
         for ref in job.models:  # which path it samples on, in one line
-            print(sampling_path(job.settings[ref.name]))
+            print(sampling_path(job.settings[ref.name], args.dtype != "auto"))
     try:
         results = run(job, progress=not args.quiet, lm_eval_log=args.lm_eval_log)
     finally:

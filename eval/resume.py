@@ -44,6 +44,21 @@ def recorded_dtype(out_dir: Path) -> str | None:
         return None  # check_resume reports an unreadable config
 
 
+def resumed_dtype(out_dirs: list[Path]) -> str | None:
+    """The one dtype the samples already in these models' directories were drawn in (None: none were sampled), for
+    ``--dtype auto``: one line when they were drawn in different dtypes (their comparison would carry the dtype's
+    effect)."""
+    found = {d.name: recorded_dtype(d) for d in out_dirs}
+    kinds = sorted({v for v in found.values() if v is not None})
+    if len(kinds) > 1:
+        which = ", ".join(f"{name} in {v}" for name, v in found.items() if v is not None)
+        raise ConfigError(
+            f"the models in {out_dirs[0].parent} were sampled in different dtypes ({which}); pass --dtype to choose "
+            "one (--fresh samples a model again in it)"
+        )
+    return kinds[0] if kinds else None
+
+
 def check_not_sampled(out_dir: Path, name: str) -> None:
     """Fail in one line when ``out_dir`` holds samples a model made there (its ``config.json``): scoring
     ``--samples NAME=...`` into it would replace them (the reverse of :func:`check_resume` refusing to sample into a

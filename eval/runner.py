@@ -41,7 +41,7 @@ from eval.resume import (
     check_not_sampled,
     check_resume,
     fingerprint,
-    recorded_dtype,
+    resumed_dtype,
     start_over,
 )
 from eval.scoring import score_problem
@@ -331,13 +331,13 @@ def prepare(
     if refs:
         check_device(device)
     out = Path(output_dir)
+    # one dtype for the whole job (its models are compared); under auto, the one their samples were drawn in
+    resolved_dtype = resolve_dtype(dtype, device, None if fresh else resumed_dtype([out / r.name for r in refs]))
     per_model: dict[str, EvalSettings] = {}
     for ref_name, model, adapter in [(r.name, r.model, r.adapter) for r in refs] + [
         (s.name, s.given, None) for s in sources
     ]:
         sampled = any(r.name == ref_name for r in refs)
-        # auto: a resumed model keeps the dtype its samples were drawn in
-        resolved_dtype = resolve_dtype(dtype, device, recorded_dtype(out / ref_name) if sampled and not fresh else None)
         s = EvalSettings(
             model=model,
             adapter=adapter,

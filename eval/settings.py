@@ -185,17 +185,30 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 def resolve_dtype(dtype: str, device: str, recorded: str | None = None) -> str:
-    """``auto`` → ``recorded`` (the dtype of the samples already in the model's output directory: a resumed
-    evaluation keeps it, on any machine), else bfloat16 on a GPU that supports it or on a CPU that computes it
-    natively (:func:`rlvr_div.cpu_bf16.native_bf16`: AMX or AVX-512 BF16, with torch's AVX-512 kernels), else
-    float32. Only the model's forward runs in bfloat16: the sampler draws from float32 logits
-    (``bench/bench_bf16_sampling_check.py`` measures the difference)."""
+    """``auto`` → ``recorded`` (the dtype of the samples already in the job's output directory: a resumed
+    evaluation keeps it), else bfloat16 on a GPU that supports it or on a CPU that computes it natively
+    (:func:`rlvr_div.cpu_bf16.native_bf16`: AMX or AVX-512 BF16, with torch's AVX-512 kernels), else float32. Only the
+    model's forward runs in bfloat16: the sampler draws from float32 logits (``bench/bench_bf16_sampling_check.py``
+    measures the difference). Samples drawn in bfloat16, resumed under ``auto`` on a CPU that does not compute it
+    natively, are one line (emulated it is slow, and below torch's AVX-512 kernels its attention raises)."""
     if dtype != "auto":
-        if dtype not in ("float32", "bfloat16", "float16"):
-            raise ConfigError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
+        if dtype not in DTYPES:
+            raise ConfigError(f"dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}")
         return dtype
-    if recorded in ("float32", "bfloat16"):
+    if recorded in DTYPES:
+        if recorded == "bfloat16" and device == "cpu":
+            from rlvr_div.cpu_bf16 import describe, native_bf16
+
+            if not native_bf16():
+                raise ConfigError(
+                    f"the samples in the output directory were drawn in bfloat16, which this CPU does not compute "
+                    f"natively ({describe()}): pass --dtype bfloat16 to continue them here anyway, or --dtype "
+                    "float32 --fresh to sample again"
+                )
         return recorded
     import torch
 

@@ -42,4 +42,5 @@ def no_model_packages(monkeypatch):
     from rlvr_div.models.gguf_packages import GGUF_PACKAGES
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in GGUF_PACKAGES else find_spec(n, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a, **k: None if n in GGUF_PACKAGES else find_spec(n, *a, **k))  # fmt: skip

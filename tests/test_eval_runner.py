@@ -19,6 +19,7 @@ from eval.records import read_samples
 from eval.report import overtake_sentence
 from eval.runner import compare_to_base
 from rlvr_div.cli import main as cli_main
+from rlvr_div.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--task", "arith", "--n", "8", "--limit", "12", "--max-new-tokens", "6", "--batch-size", "32", "--quiet"]
@@ -151,8 +152,27 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it_and_a_resumed_mod
         monkeypatch.setattr(cpu_bf16, "native_bf16", lambda n=native: n)
         assert resolve_dtype("auto", "cpu") == fresh
         assert resolve_dtype("auto", "cpu", recorded="float32") == "float32"
-        assert resolve_dtype("auto", "cpu", recorded="bfloat16") == "bfloat16"
+        assert resolve_dtype("auto", "cpu", recorded="float16") == "float16"
         assert resolve_dtype("float32", "cpu", recorded="bfloat16") == "float32"  # given: check_resume then refuses
+        assert resolve_dtype("bfloat16", "cpu", recorded="bfloat16") == "bfloat16"  # given: continued anyway
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: True)
+    assert resolve_dtype("auto", "cpu", recorded="bfloat16") == "bfloat16"
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: False)  # bfloat16 samples resumed where it is not native
+    with pytest.raises(ConfigError, match="drawn in bfloat16, which this CPU does not compute natively"):
+        resolve_dtype("auto", "cpu", recorded="bfloat16")
+
+
+def test_one_dtype_per_job_and_models_sampled_in_two_are_one_line(tmp_path):
+    from eval.resume import resumed_dtype
+
+    for name, dtype in (("a", "float32"), ("b", None), ("c", "bfloat16")):
+        (tmp_path / name).mkdir()
+        if dtype:
+            (tmp_path / name / "config.json").write_text(json.dumps({"dtype": dtype}))
+    assert resumed_dtype([tmp_path / "a", tmp_path / "b"]) == "float32"  # b, not sampled yet, follows a
+    assert resumed_dtype([tmp_path / "b"]) is None and resumed_dtype([]) is None
+    with pytest.raises(ConfigError, match=r"sampled in different dtypes \(a in float32, c in bfloat16\)"):
+        resumed_dtype([tmp_path / "a", tmp_path / "b", tmp_path / "c"])
 
 
 def test_a_float32_evaluation_resumes_under_auto_dtype_on_a_cpu_with_native_bfloat16(two_model_run, tiny_path, capsys,

@@ -79,7 +79,8 @@ def test_monitor_counts_equal_rlvr_div_eval_on_the_base_and_a_checkpoint(run, tm
     ckpt = run["out"] / "checkpoint-3"
     rc = cli_main(["eval", "--model", f"base={tiny_path}", "--model", f"step3={ckpt}", "--task", "arith",
                    "--split", "test", "--limit", str(PROBLEMS), "--n", str(N), "--max-new-tokens", "8", "--seed", "0",
-                   "--device", "cpu", "--threads", "1", "--output-dir", str(tmp_path / "eval"), "--quiet"])  # fmt: skip
+                   "--device", "cpu", "--threads", "1", "--dtype", "float32",  # the monitor's: the training model's
+                   "--output-dir", str(tmp_path / "eval"), "--quiet"])  # fmt: skip
     assert rc == 0
     by_step = {r["step"]: r["c"] for r in run["first"]["monitor"]}
     for name, step in (("base", 0), ("step3", 3)):

@@ -259,14 +259,17 @@ class FakeRlvr:
         reward_name = get_task_spec(task).reward  # its settings recorded as `rlvr-div eval` records them
         reward = get_reward(reward_name, **task_reward_settings(task, reward_name, given, **options)).settings()
         (out / name).mkdir(parents=True, exist_ok=True)
+        dtype, saved = _flag(argv, "dtype") or "auto", out / name / "config.json"
+        if saved.is_file() and json.loads(saved.read_text())["dtype"] != dtype and "--fresh" not in argv:
+            raise AssertionError(f"rlvr-div eval would refuse {out / name}: its samples are in another dtype")
+        saved.write_text(json.dumps({"dtype": dtype}))  # as eval's config.json: what check_resume compares
         records = [{"index": i, "n": n, "c": (i + len(model)) % (n + 1), "distinct_correct_completions": 1,
                     "distinct_correct_answers": 1} for i in range(problems)]  # fmt: skip
         (out / name / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         cfg = {"task": _flag(argv, "task"), "split": _flag(argv, "split"), "task_options": options,
                "limit": None if limit is None else int(limit), "n": n, "temperature": float(_flag(argv, "temperature")),
                "top_p": float(_flag(argv, "top-p")), "max_new_tokens": int(_flag(argv, "max-new-tokens")),
-               "seed": int(_flag(argv, "seed")), "dtype": _flag(argv, "dtype") or "auto",
-               "reward_settings": reward}  # fmt: skip
+               "seed": int(_flag(argv, "seed")), "dtype": dtype, "reward_settings": reward}  # fmt: skip
         (out / name / "results.json").write_text(json.dumps({"config": cfg}))
 
 
@@ -389,10 +392,11 @@ def test_every_evaluation_draws_in_float32_not_another_dtype(tmp_path: Path, no_
     end = tmp_path / "out" / "runs" / "grpo" / "seed2" / "eval" / "end" / "model" / "results.json"
     results = json.loads(end.read_text())
     end.write_text(json.dumps({"config": {**results["config"], "dtype": "bfloat16"}}))
+    (end.parent / "config.json").write_text(json.dumps({"dtype": "bfloat16"}))  # its samples, too
     (end.parents[3] / "result.json").unlink()  # the run unfinished again
     second = FakeRlvr()
     Driver(study, tmp_path / "out", second).run()
-    assert second.calls == [("eval", "grpo/seed2/end")]
+    assert second.calls == [("eval", "grpo/seed2/end")] and second.argvs[0][-1] == "--fresh"  # not continued
 
 
 def test_another_protocol_is_evaluated_for_the_base_and_each_end_point(tmp_path: Path, no_preflight: None) -> None:
