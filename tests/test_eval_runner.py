@@ -162,6 +162,19 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_computes_it_and_a_resumed_mod
         resolve_dtype("auto", "cpu", recorded="bfloat16")
 
 
+def test_the_first_line_says_which_dtype_why_and_what_the_cpu_computes(monkeypatch):
+    import rlvr_div.cpu_bf16 as cpu_bf16
+    from eval.cli import sampling_path
+    from eval.settings import EvalSettings
+
+    monkeypatch.setattr(cpu_bf16, "cpu_flags", lambda cpuinfo=None: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(cpu_bf16, "kernel_capability", lambda: "AVX512")
+    line = sampling_path(EvalSettings(model="m", adapter=None, task="arith", dtype="bfloat16"), dtype_given=False)
+    assert line == "m: sampling in bfloat16 (--dtype auto) on cpu; CPU with native bfloat16 (amx_bf16)"
+    cuda = EvalSettings(model="m", adapter=None, task="arith", dtype="float32", device="cuda")
+    assert sampling_path(cuda, dtype_given=True) == "m: sampling in float32 (--dtype) on cuda"
+
+
 def test_one_dtype_per_job_and_models_sampled_in_two_are_one_line(tmp_path):
     from eval.resume import resumed_dtype
 

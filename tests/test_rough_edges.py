@@ -98,9 +98,9 @@ def test_eval_quiet_mutes_math_verify_in_the_workers_it_starts(monkeypatch, tmp_
         return {}
 
     monkeypatch.setattr(eval.runner, "run", run)
-    job = argparse.Namespace(output_dir=tmp_path)
+    job = argparse.Namespace(output_dir=tmp_path, models=[], settings={})
     for quiet in (True, False):
-        assert _evaluate(argparse.Namespace(quiet=quiet, lm_eval_log=False), job) == 0
+        assert _evaluate(argparse.Namespace(quiet=quiet, lm_eval_log=False, dtype="auto"), job) == 0
     reward.close()
     assert seen == [True, False]
     assert math_rewards._quiet is False  # restored after the command
