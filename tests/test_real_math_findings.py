@@ -147,7 +147,10 @@ def _check_two_seed_primary(arm: str, runs: tuple[dict, dict, dict, dict], base_
         mine = matched_with_prompts(arm_paths, grpo_paths, level, "lost_at_k", 2000)
         assert mine["seeds"] == [1, 2] and [round(d, 2) for d in mine["differences"]] == diffs
         c = report[level]
-        assert c["seeds"] == [1, 2] and abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
+        if c["seeds"] != [1, 2]:  # a third seed has landed: its test checks the report (this reading is history)
+            assert c["seeds"][:2] == [1, 2] and round(mine["mean"], 2) == mean
+            continue
+        assert abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
         assert (round(c["lo"], 2), round(c["hi"], 2)) == (lo, hi) and c["lo"] < 0 < c["hi"]
         assert c["sign_flip"]["smallest"] == 0.5 and not c["supported"]
 
@@ -364,19 +367,20 @@ def test_forward_kl_seed2_and_its_two_seeds_at_the_primary():
     assert "The means are +1.89 and +0.10" in words and "[−41.21, 44.99] and [−47.15, 47.34]" in words
     assert "its seed 2: 0.098 and 0.370, 9.0 lost, 13.0 gained" in words
     assert "train 3,925 s (65.4 s/step; light edits and short niced tests beside it), evals 1,818 s" in words
-    # the page's and the README's opening: the α-DPG and forward KL means, within "about ±22 to ±47"
-    means = "means −0.41 and −0.07 for α-DPG, +1.89 and +0.10 for forward KL"
+    # the page's and the README's opening: forward KL's means, "about ±43 to ±47" (α-DPG's: its seed-3 test)
+    means = "forward KL's two seeds point opposite ways (means +1.89 and +0.10"
     for page in (DOCS, ROOT / "README.md"):
         assert means in " ".join(page.read_text().split()), page
     halves = [(c["hi"] - c["lo"]) / 2 for c in json.loads((STUDY / "report.json").read_text())["primary"][
-        "comparisons"] if c["arm"] in ("alpha_dpg", "forward_kl")]  # fmt: skip
-    assert (round(min(halves)), round(max(halves))) == (22, 47)
+        "comparisons"] if c["arm"] == "forward_kl"]  # fmt: skip
+    assert (round(min(halves)), round(max(halves))) == (43, 47)
+    assert "intervals about ±43 to ±47" in words
     # every finished remedy run ended with pass@32 above the base's, in 0.370–0.420
     ends = [_mean_pass(json.loads(f.read_text())["end"], 32) for f in sorted(STUDY.glob("runs/*/seed*/result.json"))
             if f.parts[-3] != "grpo"]  # fmt: skip
     assert len(ends) >= 5 and all(x > _mean_pass(b, 32) for x in ends)
     assert (round(min(ends), 3), round(max(ends), 3)) == (0.37, 0.42)
-    assert "Every remedy ended with pass@32 above the base's (0.370–0.420)" in words
+    assert "Every remedy run ended with pass@32 above the base's (0.370–0.420)" in words
     assert len(list(STUDY.glob("runs/*/seed*/result.json"))) >= 8  # the count on the page: the latest run's test
 
 
@@ -443,9 +447,11 @@ def test_grpo_seed3_repeats_its_answer_line_to_the_cap_and_three_grpo_seeds_diff
                       for lv in (0.02, 0.03)] for c, a in ((3, 1), (3, 2), (2, 1))}  # fmt: skip
     assert diffs == {(3, 1): [-1.19, -2.39], (3, 2): [-1.1, -3.36], (2, 1): [-0.1, 0.97]}
     report = json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
-    assert all(c["paired_seeds"] == [1, 2] for c in report if c["paired_seeds"])  # seed 3 pairs with no remedy yet
+    committed = {a: {int(p.parent.name[4:]) for p in STUDY.glob(f"runs/{a}/seed*/result.json")}
+                 for a in {c["arm"] for c in report} | {"grpo"}}  # fmt: skip
+    for c in report:  # GRPO seed 3 pairs with a remedy's seed 3 once that lands, and with nothing before
+        assert c["paired_seeds"] == sorted(committed[c["arm"]] & committed["grpo"])
     words = _words()
-    assert "nine runs have finished on SmolLM2" in words and len(list(STUDY.glob("runs/*/seed*/result.json"))) == 9
     assert "| GRPO seed 3 pass@1 | 0.017 | 0.036 | 0.091 | 0.074 |" in words
     assert "| GRPO seed 3 pass@32 | 0.330 | 0.400 | 0.480 | 0.350 |" in words
     assert (round(b["mean_completion_tokens"], 1), round(100 * b["truncated_fraction"], 1)) == (38.7, 17.0)
@@ -453,6 +459,64 @@ def test_grpo_seed3_repeats_its_answer_line_to_the_cap_and_three_grpo_seeds_diff
     assert "**11.0 lost, 13.0 gained**; pass@32 0.350" in words and "pass@1 0.083 and pass@32 0.323" in words
     assert "Seed 3 minus seed 1: −1.19 at 0.02 and −2.39 at 0.03. Seed 3 minus seed 2: −1.10 and −3.36." in words
     assert "its seed 3: 0.074 and 0.350, 11.0 lost, 13.0 gained" in words
+
+
+def test_alpha_dpg_seed3_and_the_first_primary_with_three_seeds():
+    from collapse_bench.per_prompt import matched_with_prompts
+    from collapse_bench.real_math_stats import matched_paths
+
+    path3 = STUDY / "runs" / "alpha_dpg" / "seed3" / "result.json"
+    if not path3.is_file():
+        pytest.skip(f"{path3} is not committed")
+    base = _grpo_seed1()[0]
+    dpg = {s: json.loads((STUDY / "runs" / "alpha_dpg" / f"seed{s}" / "result.json").read_text()) for s in (1, 2, 3)}
+    grpo = {s: json.loads((STUDY / "runs" / "grpo" / f"seed{s}" / "result.json").read_text()) for s in (1, 2, 3)}
+    three = dpg[3]
+    path = {p["step"]: p for p in three["path"]}
+    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.032, 0.059, 0.078]
+    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.4, 0.45, 0.38]
+    b, e = base["test"], three["end"]
+    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
+        (1.3, 7.36), (5.48, 17.86), (10.0, 15.0)]  # fmt: skip
+    means = [round(sum(_mean_pass(r["end"], k) for r in runs.values()) / 3, 3) for runs in (dpg, grpo) for k in (1, 32)]
+    assert means == [0.086, 0.387, 0.083, 0.323]
+    # no drift to the cap: the training rollouts' clipped share and length (TRL's metrics), the end's cut share
+    metrics = [
+        json.loads(x) for x in (STUDY / "runs" / "alpha_dpg" / "seed3" / "metrics.jsonl").read_text().splitlines()
+    ]
+    clipped = {m["step"]: m["completions/clipped_ratio"] for m in metrics}
+    assert max(clipped.values()) == clipped[9] and round(clipped[9], 2) == 0.28 and clipped[40] == clipped[60] == 0
+    lengths = {m["step"]: round(m["completions/mean_length"]) for m in metrics}
+    assert (lengths[1], lengths[60]) == (27, 21)
+    assert _end_descriptives(three) == ((0.086, 0.183, 0.278), 2.05, (22.2, 1.4), (0.0175, 0.1))
+    # the registered primary, recomputed from the paths with three seed pairs, and as the report gives it
+    dpg_paths, grpo_paths = matched_paths(dpg, b, "lost_at_k", 32), matched_paths(grpo, b, "lost_at_k", 32)
+    report = {c["level"]: c for c in json.loads((STUDY / "report.json").read_text())["primary"]["comparisons"]
+              if c["arm"] == "alpha_dpg"}  # fmt: skip
+    for level, diffs, mean, lo, hi in ((0.02, [0.1, -0.91, 0.06], -0.25, -5.86, 5.35),
+                                       (0.03, [2.85, -2.99, 0.26], 0.04, -9.96, 10.04)):  # fmt: skip
+        mine = matched_with_prompts(dpg_paths, grpo_paths, level, "lost_at_k", 2000)
+        assert mine["seeds"] == [1, 2, 3] and [round(d, 2) for d in mine["differences"]] == diffs
+        c = report[level]
+        assert c["seeds"] == [1, 2, 3] and abs(c["mean"] - mine["mean"]) < 1e-9 and round(c["mean"], 2) == mean
+        assert (round(c["lo"], 2), round(c["hi"], 2)) == (lo, hi) and c["lo"] < 0 < c["hi"]
+        assert c["sign_flip"] == {"p": 1.0, "smallest": 0.25, "n": 3} and not c["supported"]
+    assert [round((report[lv]["hi"] - report[lv]["lo"]) / 2, 1) for lv in (0.02, 0.03)] == [5.6, 10.0]  # "about ±"
+    timing = json.loads((STUDY / "runs" / "alpha_dpg" / "seed3" / "timing.json").read_text())["stages"]
+    evals = sum(v["seconds"] for k, v in timing.items() if k != "train")
+    assert (round(timing["train"]["seconds"]), round(evals), round(timing["train"]["seconds"] / 60, 1)) == (
+        4388, 1690, 73.1)  # fmt: skip
+    words = _words()
+    assert "ten runs have finished on SmolLM2" in words and len(list(STUDY.glob("runs/*/seed*/result.json"))) == 10
+    assert "| α-DPG seed 3 pass@1 | 0.017 | 0.032 | 0.059 | 0.078 |" in words
+    assert "| α-DPG seed 3 pass@32 | 0.330 | 0.400 | 0.450 | 0.380 |" in words
+    assert "**10.0 lost, 15.0 gained**; pass@32 0.380" in words
+    assert "α-DPG ends at pass@1 0.086 and pass@32 0.387, GRPO at 0.083 and 0.323" in words
+    assert "Seed 3 gives +0.06 at 0.02 and +0.26 at 0.03" in words and "The means are −0.25 and +0.04" in words
+    assert "[−5.86, 5.35] and [−9.96, 10.04]" in words
+    assert "α-DPG's three seeds differ from GRPO's by −0.25 and +0.04 problems lost" in words  # page and README
+    assert "its seed 3: 0.078 and 0.380, 10.0 lost, 15.0 gained" in words
+    assert "Its training took 4,388 s (73.1 s/step), its evaluations 1,690 s" in words
 
 
 def test_gemma_step_costs_as_the_page_says():
