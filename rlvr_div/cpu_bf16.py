@@ -59,3 +59,15 @@ def describe() -> str:
         return (f"CPU with native bfloat16 ({', '.join(found)}), unused: torch's kernels run at "
                 f"{kernel_capability()} (ATEN_CPU_CAPABILITY), not AVX512")  # fmt: skip
     return f"CPU with native bfloat16 ({', '.join(found)})"
+
+
+def training_compute(bf16: bool) -> tuple[bool, str]:
+    """(whether to warn, one line) for a training run on the CPU: which precision it computes in (the recipe's
+    ``bf16``: TRL's bfloat16 autocast) and this CPU's bfloat16 support; a warning where ``bf16: true`` would be
+    emulated (slower than float32 there)."""
+    if not bf16:
+        return False, f"training computes in float32 on the CPU; {describe()}"
+    if native_bf16():
+        return False, f"training computes in bfloat16 autocast (bf16: true) on the CPU; {describe()}"
+    return True, (f"training computes in bfloat16 autocast (bf16: true) on a CPU that only emulates it ({describe()}): "
+                  "float32 (bf16: false) is faster here")  # fmt: skip

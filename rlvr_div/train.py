@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rlvr_div.cpu_bf16 import training_compute
 from rlvr_div.errors import ConfigError
 from rlvr_div.recipe.keys import ScriptArguments
 from rlvr_div.recipe.parse import load_recipe
@@ -307,6 +308,9 @@ def _run(
         torch.set_num_threads(script.threads)
     trainer = build_trainer(script, training, model, callbacks)
     main_process = trainer.accelerator.is_main_process
+    if main_process and trainer.accelerator.device.type == "cpu":  # which precision path, in one line
+        warn, line = training_compute(bool(training.bf16))
+        (logger.warning if warn else logger.info)(line)
     if main_process:
         write_resolved_recipe(out, _resolved(script, training, model), start)
     try:

@@ -41,3 +41,18 @@ def test_torchs_default_kernels_are_never_native_whatever_the_cpu():
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["DEFAULT", "False"]
+
+
+def test_a_cpu_training_run_says_its_precision_and_warns_where_bfloat16_is_emulated(monkeypatch):
+    import rlvr_div.cpu_bf16 as mod
+    from rlvr_div.cpu_bf16 import training_compute
+
+    monkeypatch.setattr(mod, "kernel_capability", lambda: "AVX512")
+    for text, native in ((AVX2, False), (AMX, True)):
+        monkeypatch.setattr(mod, "cpu_flags", lambda cpuinfo=None, t=text: mod._parse(t))
+        native_bf16.cache_clear()
+        assert training_compute(False) == (False, f"training computes in float32 on the CPU; {describe()}")
+        warn, line = training_compute(True)
+        assert warn is not native and line.startswith("training computes in bfloat16 autocast (bf16: true)")
+        assert ("float32 (bf16: false) is faster here" in line) is not native
+    native_bf16.cache_clear()

@@ -130,6 +130,7 @@ def test_short_run_writes_model_recipe_and_metrics(tmp_path, tiny_path):
     console = proc.stdout + proc.stderr
     assert "'loss'" not in console and "FutureWarning" not in console  # log dicts are off by default
     assert "trained 3 steps in " in proc.stdout and f"in {out}" in proc.stdout
+    assert "training computes in float32 on the CPU; CPU with" in console  # the precision path, in one line
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if "reward" in x] == [1, 2, 3]
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
