@@ -32,6 +32,17 @@ def _lost_gained(base_point: dict, run_point: dict, k: int) -> tuple[float, floa
     return sum(x * (1 - y) for x, y in zip(pb, pr)), sum((1 - x) * y for x, y in zip(pb, pr))
 
 
+def _path_pass(run: dict, k: int) -> list[float]:
+    """A run's held-out pass@k at steps 0, 20, 40 and 60 of its path (rounded as the page gives it)."""
+    path = {p["step"]: p for p in run["path"]}
+    return [round(_mean_pass(path[s], k), 3) for s in (0, 20, 40, 60)]
+
+
+def _lost_gained_at(base_point: dict, run_point: dict) -> list[tuple[float, float]]:
+    """(lost, gained) against the base at k = 1, 8 and 32 (rounded as the page gives them)."""
+    return [tuple(round(x, 2) for x in _lost_gained(base_point, run_point, k)) for k in (1, 8, 32)]
+
+
 def _grpo_seed1() -> tuple[dict, dict]:
     path = STUDY / "runs" / "grpo" / "seed1" / "result.json"
     if not path.is_file():
@@ -63,8 +74,8 @@ def test_grpo_seed1_raises_pass_at_1_and_lowers_pass_at_32_after_a_rise():
     path = {p["step"]: p for p in run["path"]}
     assert sorted(path) == [0, 20, 40, 60] and all(p["n"] == 32 and len(p["c"]) == 100 for p in path.values())
     assert path[0]["c"] == base["test"]["c"]  # step 0 is the base
-    pass1 = [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)]
-    pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
+    pass1 = _path_pass(run, 1)
+    pass32 = _path_pass(run, 32)
     assert pass1 == [0.017, 0.026, 0.053, 0.085]
     assert pass32 == [0.33, 0.4, 0.34, 0.29]
     assert pass1 == sorted(pass1) and max(pass32) == pass32[1] and pass32[-1] < pass32[0]  # "rose, then fell below"
@@ -158,9 +169,8 @@ def _check_two_seed_primary(arm: str, runs: tuple[dict, dict, dict, dict], base_
 def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_favour_it():
     base, grpo = _grpo_seed1()
     dpg = _run("alpha_dpg")
-    path = {p["step"]: p for p in dpg["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.062, 0.092]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.33, 0.46, 0.37]
+    assert _path_pass(dpg, 1) == [0.017, 0.029, 0.062, 0.092]
+    assert _path_pass(dpg, 32) == [0.33, 0.33, 0.46, 0.37]
     b, e = base["test"], dpg["end"]
     lost, gained = _lost_gained(b, e, 32)
     assert (round(lost, 1), round(gained, 1)) == (13.0, 17.0)
@@ -182,9 +192,8 @@ def test_alpha_dpg_seed1_ends_ahead_of_grpo_but_the_registered_primary_does_not_
 def test_forward_kl_seed1_ends_highest_but_the_registered_primary_does_not_favour_it():
     base, grpo = _grpo_seed1()
     fkl, dpg = _run("forward_kl"), _run("alpha_dpg")
-    path = {p["step"]: p for p in fkl["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.022, 0.045, 0.091]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.3, 0.39, 0.42]
+    assert _path_pass(fkl, 1) == [0.017, 0.022, 0.045, 0.091]
+    assert _path_pass(fkl, 32) == [0.33, 0.3, 0.39, 0.42]
     b, e = base["test"], fkl["end"]
     lost, gained = _lost_gained(b, e, 32)
     assert (round(lost, 1), round(gained, 1)) == (9.0, 18.0)
@@ -238,9 +247,8 @@ def test_dph_rehearsal_set_was_amended_before_any_result():
 def test_dph_seed1_is_the_first_arm_the_registered_primary_reads_as_losing_fewer():
     base, grpo = _grpo_seed1()
     dph = _run("dph")
-    path = {p["step"]: p for p in dph["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.04, 0.068, 0.078]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.41, 0.43, 0.39]
+    assert _path_pass(dph, 1) == [0.017, 0.04, 0.068, 0.078]
+    assert _path_pass(dph, 32) == [0.33, 0.41, 0.43, 0.39]
     b, e = base["test"], dph["end"]
     lost, gained = _lost_gained(b, e, 32)
     assert (round(lost, 1), round(gained, 1)) == (10.0, 16.0)
@@ -272,12 +280,10 @@ def test_grpo_seed2_and_how_far_two_grpo_seeds_differ_where_the_primary_reads():
     if not path2.is_file():
         pytest.skip(f"{path2} is not committed")
     grpo2 = json.loads(path2.read_text())
-    path = {p["step"]: p for p in grpo2["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.028, 0.072, 0.091]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.39, 0.37, 0.33]
+    assert _path_pass(grpo2, 1) == [0.017, 0.028, 0.072, 0.091]
+    assert _path_pass(grpo2, 32) == [0.33, 0.39, 0.37, 0.33]
     b, e = base["test"], grpo2["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.18, 8.52), (5.84, 15.62), (14.0, 14.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.18, 8.52), (5.84, 15.62), (14.0, 14.0)]
     assert round((_mean_pass(grpo1["end"], 1) + _mean_pass(e, 1)) / 2, 3) == 0.088
     assert round((_mean_pass(grpo1["end"], 32) + _mean_pass(e, 32)) / 2, 3) == 0.31
     # seed 2 minus seed 1, read as the registered primary reads an arm against GRPO
@@ -305,13 +311,11 @@ def test_grpo_seed2_and_how_far_two_grpo_seeds_differ_where_the_primary_reads():
 def test_alpha_dpg_seed2_and_the_first_primary_with_two_seeds():
     base = _grpo_seed1()[0]
     dpg1, dpg2, grpo1, grpo2 = runs = _seed2("alpha_dpg")
-    path = {p["step"]: p for p in dpg2["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.067, 0.088]
-    pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
+    assert _path_pass(dpg2, 1) == [0.017, 0.029, 0.067, 0.088]
+    pass32 = _path_pass(dpg2, 32)
     assert pass32 == [0.33, 0.42, 0.41, 0.41] and all(p > pass32[0] for p in pass32[1:])  # above the base's
     b, e = base["test"], dpg2["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.34, 8.43), (5.4, 19.27), (12.0, 20.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.34, 8.43), (5.4, 19.27), (12.0, 20.0)]
     two = [(_mean_pass(r["end"], 1) + _mean_pass(s["end"], 1)) / 2 for r, s in ((dpg1, dpg2), (grpo1, grpo2))]
     assert [round(x, 3) for x in two] == [0.09, 0.088]
     two32 = [(_mean_pass(r["end"], 32) + _mean_pass(s["end"], 32)) / 2 for r, s in ((dpg1, dpg2), (grpo1, grpo2))]
@@ -337,16 +341,14 @@ def test_forward_kl_seed2_and_its_two_seeds_at_the_primary():
     base = _grpo_seed1()[0]
     fkl1, fkl2, grpo1, grpo2 = runs = _seed2("forward_kl")
     path2 = STUDY / "runs" / "forward_kl" / "seed2" / "result.json"
-    path = {p["step"]: p for p in fkl2["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.086, 0.098]
-    pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
+    assert _path_pass(fkl2, 1) == [0.017, 0.029, 0.086, 0.098]
+    pass32 = _path_pass(fkl2, 32)
     assert pass32 == [0.33, 0.36, 0.45, 0.37] and all(p > pass32[0] for p in pass32[1:])  # above the base's
     # "the highest end-point pass@1 of any run so far"
     others = [f for f in STUDY.glob("runs/*/seed*/result.json") if f != path2]
     assert all(_mean_pass(fkl2["end"], 1) > _mean_pass(json.loads(f.read_text())["end"], 1) for f in others)
     b, e = base["test"], fkl2["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.22, 9.34), (4.42, 19.36), (9.0, 13.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.22, 9.34), (4.42, 19.36), (9.0, 13.0)]
     two = [(_mean_pass(r["end"], k) + _mean_pass(s["end"], k)) / 2 for r, s in ((fkl1, fkl2), (grpo1, grpo2))
            for k in (1, 32)]  # fmt: skip
     assert [round(x, 3) for x in two] == [0.095, 0.395, 0.088, 0.31]
@@ -417,12 +419,10 @@ def test_grpo_seed3_repeats_its_answer_line_to_the_cap_and_three_grpo_seeds_diff
         pytest.skip(f"{path3} is not committed")
     base, one = _grpo_seed1()
     two, three = (json.loads((STUDY / "runs" / "grpo" / f"seed{s}" / "result.json").read_text()) for s in (2, 3))
-    path = {p["step"]: p for p in three["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.036, 0.091, 0.074]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.4, 0.48, 0.35]
+    assert _path_pass(three, 1) == [0.017, 0.036, 0.091, 0.074]
+    assert _path_pass(three, 32) == [0.33, 0.4, 0.48, 0.35]
     b, e = base["test"], three["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.28, 6.96), (5.61, 15.88), (11.0, 13.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.28, 6.96), (5.61, 15.88), (11.0, 13.0)]
     ends = [one["end"], two["end"], e]
     assert [round(sum(_mean_pass(x, k) for x in ends) / 3, 3) for k in (1, 32)] == [0.083, 0.323]
     assert (round(e["mean_completion_tokens"], 1), round(100 * e["truncated_fraction"], 1)) == (79.2, 98.3)
@@ -472,12 +472,10 @@ def test_alpha_dpg_seed3_and_the_first_primary_with_three_seeds():
     dpg = {s: json.loads((STUDY / "runs" / "alpha_dpg" / f"seed{s}" / "result.json").read_text()) for s in (1, 2, 3)}
     grpo = {s: json.loads((STUDY / "runs" / "grpo" / f"seed{s}" / "result.json").read_text()) for s in (1, 2, 3)}
     three = dpg[3]
-    path = {p["step"]: p for p in three["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.032, 0.059, 0.078]
-    assert [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)] == [0.33, 0.4, 0.45, 0.38]
+    assert _path_pass(three, 1) == [0.017, 0.032, 0.059, 0.078]
+    assert _path_pass(three, 32) == [0.33, 0.4, 0.45, 0.38]
     b, e = base["test"], three["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.3, 7.36), (5.48, 17.86), (10.0, 15.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.3, 7.36), (5.48, 17.86), (10.0, 15.0)]
     means = [round(sum(_mean_pass(r["end"], k) for r in runs.values()) / 3, 3) for runs in (dpg, grpo) for k in (1, 32)]
     assert means == [0.086, 0.387, 0.083, 0.323]
     # no drift to the cap: the training rollouts' clipped share and length (TRL's metrics), the end's cut share
@@ -611,13 +609,11 @@ def test_gemma_pilot5_eight_examples_meet_the_floor_only_with_the_fallback():
 def test_dph_seed2_both_seeds_lost_fewer_at_the_primary_and_nothing_is_supported():
     base = _grpo_seed1()[0]
     dph1, dph2, grpo1, grpo2 = _seed2("dph")
-    path = {p["step"]: p for p in dph2["path"]}
-    assert [round(_mean_pass(path[s], 1), 3) for s in (0, 20, 40, 60)] == [0.017, 0.029, 0.056, 0.083]
-    pass32 = [round(_mean_pass(path[s], 32), 3) for s in (0, 20, 40, 60)]
+    assert _path_pass(dph2, 1) == [0.017, 0.029, 0.056, 0.083]
+    pass32 = _path_pass(dph2, 32)
     assert pass32 == [0.33, 0.37, 0.43, 0.39] and all(p > pass32[0] for p in pass32[1:])  # above the base's
     b, e = base["test"], dph2["end"]
-    assert [tuple(round(x, 2) for x in _lost_gained(b, e, k)) for k in (1, 8, 32)] == [
-        (1.26, 7.83), (5.78, 17.87), (12.0, 18.0)]  # fmt: skip
+    assert _lost_gained_at(b, e) == [(1.26, 7.83), (5.78, 17.87), (12.0, 18.0)]
     two = [(_mean_pass(r["end"], k) + _mean_pass(s["end"], k)) / 2 for r, s in ((dph1, dph2), (grpo1, grpo2))
            for k in (1, 32)]  # fmt: skip
     assert [round(x, 3) for x in two] == [0.081, 0.39, 0.088, 0.31]
